@@ -1,0 +1,30 @@
+# Two commands for a fresh machine: `make demo` (set up + a real federated run) and `make test`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# torch is installed pinned first so that the project's torch range resolves to it (a CPU wheel);
+# override e.g. `make TORCH_SPEC="torch==2.5.1" test` for another build.
+TORCH_SPEC ?= torch==2.13.0
+export GRAPHFED_DATA ?= $(abspath ../shared/datasets)
+
+.PHONY: setup demo test lint bench
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+demo: setup
+	$(VENV)/bin/graphfed run configs/quickstart.yaml
+
+test: setup
+	$(VENV)/bin/python -m pytest
+
+lint: setup
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
+
+bench: setup
+	$(VENV)/bin/python benchmarks/round_time.py

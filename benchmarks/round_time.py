@@ -1,0 +1,84 @@
+"""Time one federated round against the same work done as one centralized epoch.
+
+The centralized reference trains one model for one epoch over the union of the clients'
+training data (same graphs, same batch size): the practical lower bound for a round. Evaluation
+is excluded from the round time and reported separately.
+
+    GRAPHFED_DATA=../shared/datasets python benchmarks/round_time.py [--repeats N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+from torch_geometric.data import Batch
+
+from graphfed.config import load_config
+from graphfed.data.federated import SPLITS, GraphClient, NodeClient
+from graphfed.experiment import build_federation
+from graphfed.training import prepare_client
+
+CASES = {
+    "fedavg-gcn-cora-louvain10": [
+        "dataset=Cora", "algorithm=fedavg", "model=gcn", "model.hidden=64", "model.layers=2",
+        "partition=louvain", "num_clients=10", "local_epochs=1"],
+    "fedavg-gin-proteins10": [
+        "dataset=PROTEINS", "algorithm=fedavg", "model=gin", "model.hidden=64", "model.layers=3",
+        "partition=dirichlet", "num_clients=10", "local_epochs=1", "batch_size=128",
+        "optimizer.lr=0.001"],
+}
+
+
+def union_client(clients: list) -> NodeClient | GraphClient:
+    """All clients' data as one client: node level as a block-diagonal union of the subgraphs."""
+    if isinstance(clients[0], NodeClient):
+        graph = Batch.from_data_list([c.graph for c in clients])
+        return NodeClient(graph, torch.cat([c.global_ids for c in clients]))
+    return GraphClient({s: [g for c in clients for g in c.graphs[s]] for s in SPLITS},
+                       {s: torch.cat([c.global_ids[s] for c in clients]) for s in SPLITS})
+
+
+def timed(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def bench(name: str, overrides: list[str], repeats: int) -> str:
+    config = load_config(None, [*overrides, "checkpoint_every=0", "device=cpu"])
+    fed = build_federation(config, seed=0)
+    central = prepare_client(union_client(fed.data.clients), fed.trainer.model,
+                             torch.device("cpu"))
+    params = fed.trainer.initial_params()
+
+    def central_epoch():
+        fed.trainer.train(params, central, 1, config.batch_size)
+
+    rounds = iter(range(1, 10_000))
+    for _ in range(2):  # warm-up
+        fed.fit_round(next(rounds))
+        central_epoch()
+    round_s = timed(lambda: fed.fit_round(next(rounds)), repeats)
+    central_s = timed(central_epoch, repeats)
+    eval_s = timed(lambda: fed.evaluate(0), repeats)
+    return (f"RESULT case={name} round_s={round_s:.5f} central_s={central_s:.5f} "
+            f"ratio={round_s / central_s:.3f} eval_s={eval_s:.5f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=20)
+    args = parser.parse_args()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    for name, overrides in CASES.items():
+        print(bench(name, overrides, args.repeats), flush=True)
+
+
+if __name__ == "__main__":
+    main()

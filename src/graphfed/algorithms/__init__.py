@@ -1,0 +1,18 @@
+"""Federated algorithms: one module each, registered by name."""
+
+from graphfed.algorithms import fedavg, fedprox, local  # noqa: F401  (register)
+from graphfed.algorithms.base import (
+    REGISTRY,
+    Algorithm,
+    Client,
+    ClientContext,
+    Message,
+    MessageError,
+    Server,
+    Setup,
+    check_message,
+    get_algorithm,
+)
+
+__all__ = ["REGISTRY", "Algorithm", "Client", "ClientContext", "Message", "MessageError",
+           "Server", "Setup", "check_message", "get_algorithm"]

@@ -1,0 +1,182 @@
+"""The server/client protocol every algorithm implements, and the messages between them.
+
+An algorithm is a pair: a server side, which decides what each client receives and folds the
+replies into its state, and a client side, which given a message, its own data and its own
+persistent state returns a reply. Only ``Message`` objects (named tensors plus scalars) cross the
+boundary, so the same algorithm runs in-process or over a network, and every byte is countable.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from pydantic import BaseModel, ConfigDict
+from torch import Tensor
+
+from graphfed.errors import GraphfedError
+from graphfed.training import Params, PreparedClient, Trainer
+
+Scalar = int | float | bool
+TensorSpec = dict[str, tuple[tuple[int, ...], torch.dtype]]
+SCALAR_BYTES = 8
+
+
+class MessageError(GraphfedError):
+    """A message that fails the boundary check (names, shapes, dtypes, finite values)."""
+
+
+@dataclass
+class Message:
+    """What crosses the client/server boundary: named tensors and named scalars."""
+
+    tensors: dict[str, Tensor] = field(default_factory=dict)
+    scalars: dict[str, Scalar] = field(default_factory=dict)
+
+    @property
+    def nbytes(self) -> int:
+        """Payload bytes: each tensor's ``numel * element_size`` plus 8 bytes per scalar."""
+        return (sum(t.numel() * t.element_size() for t in self.tensors.values())
+                + SCALAR_BYTES * len(self.scalars))
+
+    def spec(self) -> TensorSpec:
+        return spec_of(self.tensors)
+
+
+def spec_of(tensors: dict[str, Tensor]) -> TensorSpec:
+    return {k: (tuple(v.shape), v.dtype) for k, v in tensors.items()}
+
+
+def check_message(message: Message, expected: TensorSpec | None = None,
+                  required_scalars: tuple[str, ...] = (), sender: str = "message") -> None:
+    """Raise MessageError unless ``message`` is well formed and matches ``expected``."""
+    if not isinstance(message, Message):
+        raise MessageError(f"{sender}: expected a Message, got {type(message).__name__}")
+    for name, t in message.tensors.items():
+        if not isinstance(t, Tensor):
+            raise MessageError(f"{sender}: '{name}' is a {type(t).__name__}, not a tensor")
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise MessageError(f"{sender}: '{name}' has NaN or infinite values")
+    for name, v in message.scalars.items():
+        if not isinstance(v, (int, float, bool)) or (isinstance(v, float) and not math.isfinite(v)):
+            raise MessageError(f"{sender}: scalar '{name}' is not a finite number ({v!r})")
+    missing = [s for s in required_scalars if s not in message.scalars]
+    if missing:
+        raise MessageError(f"{sender}: missing scalars {missing}")
+    if expected is None:
+        return
+    got = message.spec()
+    if set(got) != set(expected):
+        extra, absent = sorted(set(got) - set(expected)), sorted(set(expected) - set(got))
+        raise MessageError(f"{sender}: tensor names differ (unexpected {extra}, missing {absent})")
+    for name, (shape, dtype) in expected.items():
+        if got[name] != (shape, dtype):
+            raise MessageError(f"{sender}: '{name}' is {got[name][0]} {got[name][1]}, "
+                               f"expected {shape} {dtype}")
+
+
+class AlgorithmOptions(BaseModel):
+    """Base of each algorithm's options (its config section, e.g. ``fedprox.mu``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass
+class Setup:
+    """What both sides know before training: the run's shape, not anyone's data."""
+
+    level: str
+    num_clients: int
+    num_classes: int
+    initial_params: Params
+    options: AlgorithmOptions
+    local_epochs: int = 1
+    batch_size: int | None = None
+
+
+@dataclass
+class ClientContext:
+    """A client's own view: its id, data on device, persistent state and the trainer."""
+
+    client_id: int
+    data: PreparedClient
+    state: dict[str, Any]
+    trainer: Trainer
+
+
+class Server(ABC):
+    """Server side. State must be ``state_dict``-serialisable for checkpoints."""
+
+    def __init__(self, setup: Setup):
+        self.setup = setup
+
+    @abstractmethod
+    def configure_fit(self, rnd: int, clients: list[int]) -> dict[int, Message]:
+        """The message each sampled client receives this round."""
+
+    def reply_spec(self, client: int) -> tuple[TensorSpec | None, tuple[str, ...]]:
+        """Expected tensor spec and required scalars of a client's fit reply."""
+        return None, ()
+
+    @abstractmethod
+    def aggregate_fit(self, rnd: int, replies: dict[int, Message]) -> None:
+        """Fold the valid replies (possibly fewer than sampled) into the server state."""
+
+    def configure_evaluate(self, rnd: int, clients: list[int]) -> dict[int, Message]:
+        return {c: Message() for c in clients}
+
+    def global_params(self) -> Params | None:
+        """The global model, if the algorithm has one (evaluated on the global test set)."""
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        return None
+
+
+class Client(ABC):
+    """Client side. Stateless itself: whatever persists lives in ``ctx.state``."""
+
+    def __init__(self, setup: Setup):
+        self.setup = setup
+        self.options = setup.options
+
+    @abstractmethod
+    def fit(self, message: Message, ctx: ClientContext) -> Message:
+        """Local work on the client's own data; returns the reply to the server."""
+
+    @abstractmethod
+    def evaluate(self, message: Message, ctx: ClientContext) -> dict[str, dict]:
+        """Metrics per split of the model this client would deploy."""
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    name: str
+    server: type[Server]
+    client: type[Client]
+    options: type[AlgorithmOptions]
+    levels: tuple[str, ...] = ("node", "graph")
+    description: str = ""
+
+
+REGISTRY: dict[str, Algorithm] = {}
+
+
+def register(algorithm: Algorithm) -> Algorithm:
+    REGISTRY[algorithm.name] = algorithm
+    return algorithm
+
+
+def get_algorithm(name: str) -> Algorithm:
+    import graphfed.algorithms  # noqa: F401  (registers the built-in algorithms)
+
+    if name not in REGISTRY:
+        raise GraphfedError(
+            f"unknown algorithm '{name}'; available: {', '.join(sorted(REGISTRY))}")
+    return REGISTRY[name]

@@ -1,0 +1,40 @@
+"""Local (self-train): each client trains on its own data only; nothing crosses the boundary.
+
+The reference for "does federation help"; every client starts from the same initial model.
+"""
+
+from __future__ import annotations
+
+from graphfed.algorithms.base import Algorithm, AlgorithmOptions, Client, Message, Server, register
+
+
+class LocalOptions(AlgorithmOptions):
+    pass
+
+
+class LocalServer(Server):
+    def configure_fit(self, rnd, clients):
+        return {c: Message() for c in clients}
+
+    def reply_spec(self, client):
+        return {}, ()
+
+    def aggregate_fit(self, rnd, replies):
+        return None
+
+
+class LocalClient(Client):
+    def _params(self, ctx):
+        return ctx.state.get("params", self.setup.initial_params)
+
+    def fit(self, message, ctx):
+        ctx.state["params"], _ = ctx.trainer.train(self._params(ctx), ctx.data,
+                                                   self.setup.local_epochs, self.setup.batch_size)
+        return Message()
+
+    def evaluate(self, message, ctx):
+        return ctx.trainer.evaluate(self._params(ctx), ctx.data)
+
+
+LOCAL = register(Algorithm("local", LocalServer, LocalClient, LocalOptions,
+                           description="each client trains alone (self-train)"))

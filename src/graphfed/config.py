@@ -1,0 +1,267 @@
+"""Validated experiment configs: a YAML file plus ``key=value`` overrides.
+
+Every problem (unknown key, wrong type, impossible combination) becomes one ConfigError whose
+message names the key and the valid choices.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from graphfed.algorithms.base import REGISTRY, AlgorithmOptions, get_algorithm
+from graphfed.data.datasets import SYNTHETIC, canonical_name, dataset_level
+from graphfed.data.partition import (
+    PARTITIONS,
+    LouvainPartition,
+    PartitionOptions,
+    check_partition_level,
+)
+from graphfed.data.synthetic import CSBMOptions
+from graphfed.errors import GraphfedError
+from graphfed.models.gnn import ModelOptions
+from graphfed.training.trainer import OptimizerOptions
+
+
+class ConfigError(GraphfedError):
+    pass
+
+
+def _named(value: Any) -> Any:
+    """Accept ``model: gcn`` as shorthand for ``model: {name: gcn}`` (likewise partition)."""
+    return {"name": value} if isinstance(value, str) else value
+
+
+class ExperimentConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(None, description="run name (default: derived from the config)")
+    dataset: str = "Cora"
+    algorithm: str = "fedavg"
+    model: ModelOptions = Field(default_factory=ModelOptions)
+    partition: PartitionOptions = Field(default_factory=LouvainPartition)
+    num_clients: int = Field(10, ge=1)
+    rounds: int = Field(100, ge=1)
+    client_fraction: float = Field(1.0, gt=0.0, le=1.0)
+    local_epochs: int = Field(1, ge=1)
+    batch_size: int | None = Field(None, ge=1, description="None: full batch")
+    optimizer: OptimizerOptions = Field(default_factory=OptimizerOptions)
+    seed: int = 0
+    seeds: list[int] | None = Field(None, description="run every seed; summary gives mean/std")
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    eval_every: int = Field(1, ge=1)
+    checkpoint_every: int = Field(10, ge=0, description="0: never")
+    runtime: Literal["simulation"] = "simulation"
+    csbm: CSBMOptions | None = None
+    methods: dict[str, AlgorithmOptions] = Field(
+        default_factory=dict, description="per-algorithm option sections, e.g. fedprox.mu")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _collect_method_sections(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for key in ("model", "partition"):
+            if key in data:
+                data[key] = _named(data[key])
+        partition = data.get("partition")
+        if partition is None or (isinstance(partition, dict) and "name" not in partition):
+            data["partition"] = {"name": _default_partition(data.get("dataset", "Cora")),
+                                 **(partition or {})}
+        methods = dict(data.pop("methods", None) or {})
+        known = set(cls.model_fields)
+        for key in list(data):
+            if key in known:
+                continue
+            if key in _algorithm_names():
+                methods[key] = data.pop(key)
+            else:
+                valid = sorted(known - {"methods"}) + sorted(_algorithm_names())
+                raise ValueError(f"unknown key '{key}'; valid keys: {', '.join(valid)}")
+        data["methods"] = methods
+        return data
+
+    @field_validator("dataset")
+    @classmethod
+    def _known_dataset(cls, v: str) -> str:
+        return canonical_name(v)
+
+    @field_validator("algorithm")
+    @classmethod
+    def _known_algorithm(cls, v: str) -> str:
+        return get_algorithm(v).name
+
+    @field_validator("methods", mode="before")
+    @classmethod
+    def _validate_sections(cls, v: dict) -> dict:
+        out = {}
+        for name, section in v.items():
+            try:
+                out[name] = get_algorithm(name).options.model_validate(section or {})
+            except ValidationError as e:
+                raise ValueError(_format_errors(e, prefix=(name,))) from None
+        return out
+
+    @field_validator("seeds")
+    @classmethod
+    def _nonempty_seeds(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and (not v or len(set(v)) != len(v)):
+            raise ValueError("seeds must be a non-empty list of distinct integers")
+        return v
+
+    @model_validator(mode="after")
+    def _check_combinations(self) -> ExperimentConfig:
+        level = self.level
+        algorithm = get_algorithm(self.algorithm)
+        if level not in algorithm.levels:
+            raise ValueError(
+                f"algorithm '{self.algorithm}' is for {'/'.join(algorithm.levels)}-level tasks "
+                f"but dataset '{self.dataset}' is {level}-level")
+        node_only, graph_only = {"sgc"}, {"gin"}
+        if (level == "node" and self.model.name in graph_only) or (
+                level == "graph" and self.model.name in node_only):
+            valid = sorted({"gcn", "sage", "gat", "mlp"} | (node_only if level == "node"
+                                                             else graph_only))
+            raise ValueError(f"model '{self.model.name}' does not fit the {level}-level dataset "
+                             f"'{self.dataset}'; choose one of: {', '.join(valid)}")
+        check_partition_level(self.partition, level)
+        if self.csbm is not None and self.dataset not in SYNTHETIC:
+            raise ValueError("the csbm section applies only to dataset=csbm")
+        return self
+
+    @property
+    def level(self) -> str:
+        return dataset_level(self.dataset)
+
+    @property
+    def run_seeds(self) -> list[int]:
+        return self.seeds if self.seeds is not None else [self.seed]
+
+    @property
+    def dataset_options(self) -> dict | None:
+        if self.dataset == "csbm":
+            return (self.csbm or CSBMOptions()).model_dump()
+        return None
+
+    def algorithm_options(self) -> AlgorithmOptions:
+        options = self.methods.get(self.algorithm)
+        return options if options is not None else get_algorithm(self.algorithm).options()
+
+    def to_dict(self) -> dict:
+        data = self.model_dump(mode="json", exclude={"methods"})
+        data.update({k: v.model_dump(mode="json") for k, v in self.methods.items()})
+        return data
+
+
+def _algorithm_names() -> set[str]:
+    get_algorithm("fedavg")  # make sure the built-ins are registered
+    return set(REGISTRY)
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def apply_override(data: dict, key: str, value: Any) -> None:
+    """Set ``a.b.c=value`` in ``data``; a string on a named section sets its ``name``."""
+    parts = key.split(".")
+    node = data
+    for part in parts[:-1]:
+        child = node.get(part)
+        if isinstance(child, str):
+            child = {"name": child}
+        elif not isinstance(child, dict):
+            child = {}
+        node[part] = child
+        node = child
+    last = parts[-1]
+    if isinstance(node.get(last), dict) and isinstance(value, str):
+        node[last]["name"] = value
+    else:
+        node[last] = value
+
+
+def parse_overrides(items: list[str]) -> list[tuple[str, Any]]:
+    out = []
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"override '{item}' is not of the form key=value")
+        key, text = item.split("=", 1)
+        if not key:
+            raise ConfigError(f"override '{item}' has an empty key")
+        out.append((key.strip(), _parse_value(text)))
+    return out
+
+
+def _default_partition(dataset: Any) -> str:
+    try:
+        return "louvain" if dataset_level(str(dataset)) == "node" else "dirichlet"
+    except GraphfedError:
+        return "louvain"
+
+
+def _section_class(loc: tuple) -> type[BaseModel] | None:
+    """The options class a config path points into, to list its valid keys."""
+    head = loc[0] if loc else None
+    if head == "partition" and len(loc) > 1:
+        return PARTITIONS.get(loc[1])
+    if head in ("model", "optimizer", "csbm"):
+        return {"model": ModelOptions, "optimizer": OptimizerOptions, "csbm": CSBMOptions}[head]
+    if head in REGISTRY:
+        return REGISTRY[head].options
+    return None
+
+
+def _format_errors(error: ValidationError, prefix: tuple = ()) -> str:
+    lines = []
+    for e in error.errors():
+        loc = prefix + tuple(p for p in e["loc"] if not str(p).startswith("function-"))
+        if loc[:1] == ("partition",) and len(loc) > 1 and loc[1] in PARTITIONS:
+            section, shown = _section_class(loc), (loc[0], *loc[2:])
+        else:
+            section, shown = _section_class(loc), loc
+        where = "" if shown == ("methods",) else ".".join(str(p) for p in shown)
+        message = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            message = "unknown key"
+            if section is not None:
+                message += f"; valid keys: {', '.join(sorted(section.model_fields))}"
+        got = e.get("input")
+        suffix = ("" if isinstance(got, dict) or e["type"] in ("value_error", "extra_forbidden")
+                  else f" (got {got!r})")
+        lines.append(f"{where}: {message}{suffix}" if where else f"{message}{suffix}")
+    return "; ".join(lines)
+
+
+def build_config(data: dict) -> ExperimentConfig:
+    try:
+        return ExperimentConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError("invalid config: " + _format_errors(e)) from None
+    except GraphfedError as e:
+        raise ConfigError(f"invalid config: {e}") from None
+
+
+def load_config(path: str | Path | None, overrides: list[str] = ()) -> ExperimentConfig:
+    """Read a YAML config (or start from defaults) and apply ``key=value`` overrides."""
+    data: dict = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file '{path}' does not exist")
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config file '{path}' is not valid YAML: {e}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file '{path}' must hold a mapping of keys to values")
+    for key, value in parse_overrides(list(overrides)):
+        apply_override(data, key, value)
+    return build_config(data)

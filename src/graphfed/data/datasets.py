@@ -1,0 +1,216 @@
+"""Load real benchmark datasets by name through PyTorch Geometric's own dataset classes.
+
+The data root is ``$GRAPHFED_DATA`` and is treated as read-only: PyG writes ``processed/`` next to
+``raw/``, so each dataset is processed under the cache directory (``$GRAPHFED_CACHE``, default
+``~/.cache/graphfed``) with its ``raw/`` folder linked to the read-only copy. Without
+``GRAPHFED_DATA`` the datasets are downloaded into the cache the way PyG normally does.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import torch
+import torch_geometric
+from torch_geometric.data import Data
+
+from graphfed.errors import GraphfedError
+
+Level = Literal["node", "graph"]
+
+
+class DatasetError(GraphfedError):
+    """An unknown dataset name, or a known one whose files are not present."""
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """Where PyG looks for one dataset and how to build it."""
+
+    name: str
+    level: Level
+    pyg_class: str
+    class_root: str
+    raw_subdir: str
+    raw_files: tuple[str, ...]
+    pyg_name: str | None = None
+    degree_features: bool = False
+
+
+def _planetoid(name: str) -> DatasetSpec:
+    parts = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
+    files = tuple(f"ind.{name.lower()}.{p}" for p in parts)
+    return DatasetSpec(name, "node", "Planetoid", "Planetoid", f"{name}/raw", files, name)
+
+
+def _npz(name: str, cls: str, root: str, sub: str, pyg_name: str, file: str) -> DatasetSpec:
+    return DatasetSpec(name, "node", cls, root, f"{sub}/raw", (file,), pyg_name)
+
+
+def _tu(name: str, degree_features: bool = False) -> DatasetSpec:
+    files = (f"{name}_A.txt", f"{name}_graph_indicator.txt", f"{name}_graph_labels.txt")
+    return DatasetSpec(name, "graph", "TUDataset", "TUDataset", f"{name}/raw", files, name,
+                       degree_features)
+
+
+_NODE_SPECS = [
+    _planetoid("Cora"),
+    _planetoid("CiteSeer"),
+    _planetoid("PubMed"),
+    _npz("Amazon-Photo", "Amazon", "Amazon", "Photo", "Photo", "amazon_electronics_photo.npz"),
+    _npz("Amazon-Computers", "Amazon", "Amazon", "Computers", "Computers",
+         "amazon_electronics_computers.npz"),
+    _npz("Cora_ML", "CitationFull", "CitationFull", "cora_ml", "Cora_ML", "cora_ml.npz"),
+    _npz("CoraFull", "CitationFull", "CitationFull", "cora", "Cora", "cora.npz"),
+    _npz("DBLP", "CitationFull", "CitationFull", "dblp", "DBLP", "dblp.npz"),
+    _npz("Coauthor-CS", "Coauthor", "Coauthor", "CS", "CS", "ms_academic_cs.npz"),
+    _npz("Coauthor-Physics", "Coauthor", "Coauthor", "Physics", "Physics",
+         "ms_academic_phy.npz"),
+    DatasetSpec("WikiCS", "node", "WikiCS", "WikiCS", "raw", ("data.json",)),
+    DatasetSpec("Flickr", "node", "Flickr", "Flickr", "raw",
+                ("adj_full.npz", "feats.npy", "class_map.json", "role.json")),
+]
+_GRAPH_SPECS = [
+    _tu(n)
+    for n in ("PROTEINS", "NCI1", "DD", "MUTAG", "ENZYMES", "PTC_MR", "AIDS", "BZR", "COX2",
+              "DHFR", "Letter-low", "Letter-med", "Letter-high")
+] + [_tu("IMDB-BINARY", degree_features=True), _tu("IMDB-MULTI", degree_features=True)]
+
+SPECS: dict[str, DatasetSpec] = {s.name: s for s in _NODE_SPECS + _GRAPH_SPECS}
+SYNTHETIC = ("csbm",)
+
+
+@dataclass
+class GraphDataset:
+    """A loaded dataset: one graph (node level) or a list of graphs (graph level)."""
+
+    name: str
+    level: Level
+    num_features: int
+    num_classes: int
+    graph: Data | None = None
+    graphs: list[Data] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        size = f"{self.graph.num_nodes} nodes" if self.graph is not None else (
+            f"{len(self.graphs)} graphs")
+        return (f"GraphDataset({self.name}, {self.level}, {size}, "
+                f"{self.num_features} features, {self.num_classes} classes)")
+
+
+def _key(name: str) -> str:
+    return name.lower().replace("_", "-")
+
+
+def canonical_name(name: str) -> str:
+    """Resolve ``name`` ignoring case and ``_``/``-``; raise a DatasetError listing valid names."""
+    lookup = {_key(n): n for n in available()}
+    if _key(name) not in lookup:
+        raise DatasetError(f"unknown dataset '{name}'; available: {', '.join(available())}")
+    return lookup[_key(name)]
+
+
+def dataset_level(name: str) -> Level:
+    canonical = canonical_name(name)
+    return "node" if canonical in SYNTHETIC else SPECS[canonical].level
+
+
+def available() -> list[str]:
+    """Every dataset name graphfed knows, present or not."""
+    return [*SPECS, *SYNTHETIC]
+
+
+def data_root() -> Path | None:
+    root = os.environ.get("GRAPHFED_DATA")
+    return Path(root).expanduser().resolve() if root else None
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("GRAPHFED_CACHE", "~/.cache/graphfed")).expanduser().resolve()
+
+
+def missing_files(name: str) -> list[str]:
+    """The raw files of ``name`` absent from ``$GRAPHFED_DATA`` (empty when all present)."""
+    spec = SPECS[canonical_name(name)]
+    root = data_root()
+    if root is None:
+        return []
+    raw = root / spec.class_root / spec.raw_subdir
+    return [str(raw / f) for f in spec.raw_files if not (raw / f).exists()]
+
+
+def is_present(name: str) -> bool:
+    canonical = canonical_name(name)
+    return canonical in SYNTHETIC or (data_root() is not None and not missing_files(canonical))
+
+
+def _pyg_root(spec: DatasetSpec) -> Path:
+    """A writable root for PyG whose raw folder is (a link to) the read-only staged copy."""
+    root = data_root()
+    if root is None:
+        return cache_dir() / "downloads" / spec.class_root
+    missing = missing_files(spec.name)
+    if missing:
+        present = [n for n in SPECS if not missing_files(n)]
+        raise DatasetError(
+            f"dataset '{spec.name}' is not present under GRAPHFED_DATA={root} "
+            f"(missing {', '.join(missing)}); present: {', '.join(present) or 'none'}"
+        )
+    work = cache_dir() / f"pyg-{torch_geometric.__version__}" / spec.class_root
+    link = work / spec.raw_subdir
+    if not link.exists():
+        link.parent.mkdir(parents=True, exist_ok=True)
+        tmp = link.with_name(f".raw-{os.getpid()}")
+        tmp.symlink_to(root / spec.class_root / spec.raw_subdir, target_is_directory=True)
+        tmp.replace(link)
+    return work
+
+
+def _load_pyg(spec: DatasetSpec):
+    import torch_geometric.datasets as pyg_datasets
+
+    cls = getattr(pyg_datasets, spec.pyg_class)
+    root = str(_pyg_root(spec))
+    if spec.pyg_name is None:
+        return cls(root)
+    return cls(root, spec.pyg_name)
+
+
+def _one_hot_degree(graphs: list[Data]) -> list[Data]:
+    """Featureless graphs (IMDB-*) get one-hot node degrees, capped at the dataset's max degree."""
+    from torch_geometric.utils import degree
+
+    degrees = [degree(g.edge_index[0], g.num_nodes, dtype=torch.long) for g in graphs]
+    max_degree = int(max(int(d.max()) if d.numel() else 0 for d in degrees))
+    out = []
+    for g, d in zip(graphs, degrees, strict=True):
+        x = torch.nn.functional.one_hot(d, max_degree + 1).float()
+        out.append(Data(x=x, edge_index=g.edge_index, y=g.y, num_nodes=g.num_nodes))
+    return out
+
+
+def load_dataset(name: str, options: dict | None = None) -> GraphDataset:
+    """Load a dataset by name (case-insensitive). ``options`` configure synthetic datasets."""
+    canonical = canonical_name(name)
+    if canonical == "csbm":
+        from graphfed.data.synthetic import CSBMOptions, contextual_sbm
+
+        opts = CSBMOptions(**(options or {}))
+        graph = contextual_sbm(opts)
+        return GraphDataset("csbm", "node", graph.num_features, opts.classes, graph=graph)
+    spec = SPECS[canonical]
+    dataset = _load_pyg(spec)
+    if spec.level == "node":
+        graph = dataset[0]
+        graph = Data(x=graph.x.float(), edge_index=graph.edge_index, y=graph.y.view(-1))
+        return GraphDataset(canonical, "node", graph.num_features,
+                            int(graph.y.max()) + 1, graph=graph)
+    graphs = [Data(x=g.x, edge_index=g.edge_index, y=g.y.view(-1), num_nodes=g.num_nodes)
+              for g in dataset]
+    if spec.degree_features or graphs[0].x is None:
+        graphs = _one_hot_degree(graphs)
+    num_classes = int(torch.cat([g.y for g in graphs]).max()) + 1
+    return GraphDataset(canonical, "graph", graphs[0].num_features, num_classes, graphs=graphs)

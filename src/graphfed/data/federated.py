@@ -1,0 +1,218 @@
+"""Federated data: a dataset split into clients, saved as an artifact keyed by every parameter.
+
+The artifact stores ids, not features: each client's global node (or graph) ids, the split of
+each id, the global test ids and any perturbed edges. ``materialize`` rebuilds the clients from the
+dataset, so a run can reload exactly the same partition cheaply.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch_geometric.data import Data
+from torch_geometric.utils import subgraph
+
+from graphfed.data.datasets import GraphDataset, Level, cache_dir
+from graphfed.data.partition import PartitionBase, check_flip_length, check_partition_level
+from graphfed.data.partition.graph import flip_edges
+
+SPLITS = ("train", "val", "test")
+ARTIFACT_VERSION = 1
+
+
+@dataclass
+class NodeClient:
+    """One client's induced subgraph; ``global_ids`` maps its nodes back to the full graph."""
+
+    graph: Data
+    global_ids: torch.Tensor
+    lost_edges: int = 0
+
+    def num_samples(self, split: str) -> int:
+        return int(getattr(self.graph, f"{split}_mask").sum())
+
+    def labels(self, split: str) -> torch.Tensor:
+        return self.graph.y[getattr(self.graph, f"{split}_mask")]
+
+
+@dataclass
+class GraphClient:
+    """One client's graphs, per split; ``global_ids`` are their indices in the dataset."""
+
+    graphs: dict[str, list[Data]]
+    global_ids: dict[str, torch.Tensor]
+
+    def num_samples(self, split: str) -> int:
+        return len(self.graphs[split])
+
+    def labels(self, split: str) -> torch.Tensor:
+        graphs = self.graphs[split]
+        return torch.cat([g.y for g in graphs]) if graphs else torch.empty(0, dtype=torch.long)
+
+
+ClientData = NodeClient | GraphClient
+
+
+@dataclass
+class PartitionArtifact:
+    id: str
+    params: dict
+    level: Level
+    client_ids: list[torch.Tensor]
+    client_splits: list[torch.Tensor]  # per id: 0 train, 1 val, 2 test
+    global_test_ids: torch.Tensor
+    perturbed_edges: list[dict[int, torch.Tensor]] = field(default_factory=list)
+
+
+@dataclass
+class FederatedData:
+    dataset: str
+    level: Level
+    num_features: int
+    num_classes: int
+    clients: list[ClientData]
+    global_test: ClientData | None
+    partition_id: str
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.clients)
+
+
+def partition_params(dataset: str, dataset_options: dict | None, options: PartitionBase,
+                     num_clients: int, seed: int) -> dict:
+    return {
+        "version": ARTIFACT_VERSION,
+        "dataset": dataset,
+        "dataset_options": dataset_options or {},
+        "partition": options.model_dump(mode="json", exclude={"seed"}),
+        "num_clients": num_clients,
+        "seed": seed,
+    }
+
+
+def partition_id(params: dict) -> str:
+    blob = json.dumps(params, sort_keys=True).encode()
+    return f"{params['dataset'].lower()}-{params['partition']['name']}-" + (
+        hashlib.sha256(blob).hexdigest()[:12])
+
+
+def _split_assignment(n: int, ratios: tuple[float, float, float],
+                      rng: np.random.Generator) -> torch.Tensor:
+    order = rng.permutation(n)
+    n_train = round(ratios[0] * n)
+    n_val = round(ratios[1] * n)
+    assignment = np.full(n, 2, dtype=np.int8)
+    assignment[order[:n_train]] = 0
+    assignment[order[n_train:n_train + n_val]] = 1
+    return torch.from_numpy(assignment)
+
+
+def build_partition(data: GraphDataset, options: PartitionBase, num_clients: int,
+                    seed: int, dataset_options: dict | None = None) -> PartitionArtifact:
+    """Split ``data`` into ``num_clients`` clients; deterministic for the same arguments."""
+    check_partition_level(options, data.level)
+    check_flip_length(options, num_clients)
+    params = partition_params(data.name, dataset_options, options, num_clients, seed)
+    rng = np.random.default_rng(seed)
+    total = data.graph.num_nodes if data.level == "node" else len(data.graphs)
+    order = rng.permutation(total)
+    n_test = round(options.global_test * total)
+    global_test = torch.as_tensor(np.sort(order[:n_test]), dtype=torch.long)
+    pool = torch.as_tensor(np.sort(order[n_test:]), dtype=torch.long)
+
+    if data.level == "node":
+        edge_index, _ = subgraph(pool, data.graph.edge_index, relabel_nodes=True,
+                                 num_nodes=data.graph.num_nodes)
+        pool_graph = Data(edge_index=edge_index, y=data.graph.y[pool], num_nodes=len(pool))
+        parts = options.assign(pool_graph.y, pool_graph, num_clients, seed)
+    else:
+        labels = torch.cat([data.graphs[i].y for i in pool.tolist()])
+        parts = options.assign(labels, None, num_clients, seed)
+    client_ids = [pool[p] for p in parts]
+    client_splits = [_split_assignment(len(ids), options.split, rng) for ids in client_ids]
+
+    perturbed: list[dict[int, torch.Tensor]] = []
+    if options.edge_flip is not None:
+        ratios = (options.edge_flip if isinstance(options.edge_flip, list)
+                  else [options.edge_flip] * num_clients)
+        for ids, splits, ratio in zip(client_ids, client_splits, ratios, strict=True):
+            flips = {}
+            for position in torch.nonzero(splits == 0).view(-1).tolist():
+                g = data.graphs[int(ids[position])]
+                flips[position] = flip_edges(g.edge_index, g.num_nodes, ratio, rng)
+            perturbed.append(flips)
+    return PartitionArtifact(partition_id(params), params, data.level, client_ids,
+                             client_splits, global_test, perturbed)
+
+
+def load_or_build_partition(data: GraphDataset, options: PartitionBase, num_clients: int,
+                            seed: int, dataset_options: dict | None = None) -> PartitionArtifact:
+    """Reuse the saved artifact for these exact parameters, or build and save it."""
+    params = partition_params(data.name, dataset_options, options, num_clients, seed)
+    path = artifact_path(partition_id(params))
+    if path.exists():
+        artifact = torch.load(path, weights_only=False)
+        if artifact.params == params:
+            return artifact
+    artifact = build_partition(data, options, num_clients, seed, dataset_options)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    torch.save(artifact, tmp)
+    tmp.replace(path)
+    return artifact
+
+
+def artifact_path(artifact_id: str) -> Path:
+    return cache_dir() / "partitions" / f"{artifact_id}.pt"
+
+
+def _node_client(graph: Data, ids: torch.Tensor, splits: torch.Tensor) -> NodeClient:
+    edge_index, _ = subgraph(ids, graph.edge_index, relabel_nodes=True, num_nodes=graph.num_nodes)
+    touching = torch.zeros(graph.num_nodes, dtype=torch.bool)
+    touching[ids] = True
+    incident = int((touching[graph.edge_index[0]] | touching[graph.edge_index[1]]).sum())
+    sub = Data(x=graph.x[ids], edge_index=edge_index, y=graph.y[ids])
+    for code, name in enumerate(SPLITS):
+        setattr(sub, f"{name}_mask", splits == code)
+    return NodeClient(sub, ids, lost_edges=incident - edge_index.size(1))
+
+
+def _graph_client(graphs: list[Data], ids: torch.Tensor, splits: torch.Tensor,
+                  flips: dict[int, torch.Tensor]) -> GraphClient:
+    by_split: dict[str, list[Data]] = {s: [] for s in SPLITS}
+    id_split: dict[str, list[int]] = {s: [] for s in SPLITS}
+    for position, (gid, code) in enumerate(zip(ids.tolist(), splits.tolist(), strict=True)):
+        g = graphs[gid]
+        if position in flips:
+            g = Data(x=g.x, edge_index=flips[position], y=g.y, num_nodes=g.num_nodes)
+        by_split[SPLITS[code]].append(g)
+        id_split[SPLITS[code]].append(gid)
+    return GraphClient(by_split, {s: torch.tensor(v, dtype=torch.long) for s, v in
+                                  id_split.items()})
+
+
+def materialize(data: GraphDataset, artifact: PartitionArtifact) -> FederatedData:
+    """Rebuild the clients (and global test set) that ``artifact`` describes from ``data``."""
+    test_ids = artifact.global_test_ids
+    if data.level == "node":
+        clients = [_node_client(data.graph, ids, splits)
+                   for ids, splits in zip(artifact.client_ids, artifact.client_splits,
+                                          strict=True)]
+        global_test = (_node_client(data.graph, test_ids, torch.full_like(test_ids, 2))
+                       if len(test_ids) else None)
+    else:
+        flips = artifact.perturbed_edges or [{} for _ in artifact.client_ids]
+        clients = [_graph_client(data.graphs, ids, splits, f)
+                   for ids, splits, f in zip(artifact.client_ids, artifact.client_splits,
+                                             flips, strict=True)]
+        global_test = (_graph_client(data.graphs, test_ids, torch.full_like(test_ids, 2), {})
+                       if len(test_ids) else None)
+    return FederatedData(data.name, data.level, data.num_features, data.num_classes, clients,
+                         global_test, artifact.id)

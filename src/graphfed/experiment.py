@@ -1,0 +1,310 @@
+"""Config -> federated data -> runtime -> results on disk, with checkpoints and exact resume.
+
+A run directory holds ``config.yaml`` (resolved), one ``seed-<s>/`` folder per seed with
+``metrics.jsonl`` (one line per round), ``checkpoint.pt`` and ``summary.json``, and a top-level
+``summary.json`` with the final metrics (mean and std over seeds when there are several).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+from graphfed.algorithms.base import ClientContext, Setup, get_algorithm
+from graphfed.config import ConfigError, ExperimentConfig, build_config
+from graphfed.data.datasets import GraphDataset, load_dataset
+from graphfed.data.federated import FederatedData, load_or_build_partition, materialize
+from graphfed.metrics import client_summary, mean_std
+from graphfed.models.gnn import build_model
+from graphfed.progress import RoundProgress
+from graphfed.runtime.base import Runtime
+from graphfed.runtime.simulation import SimulationRuntime
+from graphfed.training import PreparedClient, Trainer, prepare_client
+
+FINAL_KEYS = ("test_acc", "test_acc_std", "test_macro_f1", "test_loss", "val_acc",
+              "global_test_acc", "global_test_macro_f1", "test_acc_var", "test_acc_entropy",
+              "test_loss_var", "test_loss_entropy")
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device=cuda but no CUDA device is available; use device=auto or cpu")
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+@lru_cache(maxsize=4)
+def _cached_dataset(name: str, options_json: str) -> GraphDataset:
+    return load_dataset(name, json.loads(options_json) or None)
+
+
+def federated_data(config: ExperimentConfig, seed: int) -> FederatedData:
+    """The clients of this config and seed (the partition artifact is built once, then reused)."""
+    options = config.dataset_options
+    data = _cached_dataset(config.dataset, json.dumps(options, sort_keys=True))
+    partition_seed = config.partition.seed if config.partition.seed is not None else seed
+    artifact = load_or_build_partition(data, config.partition, config.num_clients,
+                                       partition_seed, options)
+    return materialize(data, artifact)
+
+
+@dataclass
+class Federation:
+    """Everything one seed of a run needs, built and placed on the device once."""
+
+    config: ExperimentConfig
+    seed: int
+    data: FederatedData
+    trainer: Trainer
+    runtime: Runtime
+    global_test: PreparedClient | None
+
+    def fit_round(self, rnd: int) -> dict:
+        start = time.perf_counter()
+        record = self.runtime.fit_round(rnd)
+        line = {"round": rnd, "sampled": record.sampled, "answered": record.answered,
+                "dropped": record.dropped, "bytes_up": record.bytes_up,
+                "bytes_down": record.bytes_down, "train_loss": record.train_loss,
+                "train_seconds": time.perf_counter() - start}
+        return line
+
+    def evaluate(self, rnd: int) -> dict:
+        start = time.perf_counter()
+        results = self.runtime.evaluate_round(rnd)
+        per_client = []
+        for client in sorted(results):
+            metrics = results[client]
+            entry = {"client": client}
+            for split in ("val", "test"):
+                if split in metrics:
+                    for key in ("acc", "loss", "macro_f1"):
+                        entry[f"{split}_{key}"] = metrics[split][key]
+            per_client.append(entry)
+        out: dict = {}
+        with_test = [c for c in per_client if "test_acc" in c]
+        if with_test:
+            out.update(client_summary(with_test, "test_acc"))
+            out.update(client_summary(with_test, "test_loss"))
+            out["test_macro_f1"] = mean_std([c["test_macro_f1"] for c in with_test])[0]
+        with_val = [c for c in per_client if "val_acc" in c]
+        if with_val:
+            out["val_acc"] = mean_std([c["val_acc"] for c in with_val])[0]
+        params = self.runtime.server.global_params()
+        if params is not None and self.global_test is not None:
+            g = self.trainer.evaluate(params, self.global_test, ("test",))["test"]
+            out["global_test_acc"], out["global_test_macro_f1"] = g["acc"], g["macro_f1"]
+        out["clients"] = per_client
+        out["eval_seconds"] = time.perf_counter() - start
+        return out
+
+
+def build_federation(config: ExperimentConfig, seed: int) -> Federation:
+    device = resolve_device(config.device)
+    data = federated_data(config, seed)
+    seed_everything(seed)
+    model = build_model(data.level, data.num_features, data.num_classes, config.model).to(device)
+    trainer = Trainer(model, config.optimizer, data.num_classes)
+    algorithm = get_algorithm(config.algorithm)
+    setup = Setup(level=data.level, num_clients=data.num_clients, num_classes=data.num_classes,
+                  initial_params=trainer.initial_params(),
+                  options=config.algorithm_options(), local_epochs=config.local_epochs,
+                  batch_size=config.batch_size)
+    contexts = [ClientContext(i, prepare_client(c, model, device), {}, trainer)
+                for i, c in enumerate(data.clients)]
+    global_test = (prepare_client(data.global_test, model, device)
+                   if data.global_test is not None else None)
+    runtime = SimulationRuntime(algorithm.server(setup), algorithm.client(setup), contexts,
+                                config.client_fraction, seed)
+    return Federation(config, seed, data, trainer, runtime, global_test)
+
+
+# ---------------------------------------------------------------- checkpoints
+
+def _rng_state() -> dict:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(),
+             "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(path: Path, fed: Federation, rnd: int, seconds: float) -> None:
+    state = {"round": rnd, "seconds": seconds, "server": fed.runtime.server.state_dict(),
+             "runtime": fed.runtime.state_dict(), "rng": _rng_state()}
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: Path, fed: Federation) -> tuple[int, float]:
+    state = torch.load(path, weights_only=False, map_location="cpu")
+    fed.runtime.server.load_state_dict(state["server"])
+    fed.runtime.load_state_dict(state["runtime"])
+    _set_rng_state(state["rng"])
+    return state["round"], state["seconds"]
+
+
+# ---------------------------------------------------------------- one seed
+
+def _read_lines(path: Path, up_to: int) -> list[dict]:
+    if not path.exists():
+        return []
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [line for line in lines if line["round"] <= up_to]
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    os.replace(tmp, path)
+
+
+def run_seed(fed: Federation, seed_dir: Path, progress: RoundProgress | None = None,
+             resume: bool = False) -> dict:
+    """Train one seed to the end, checkpointing every ``checkpoint_every`` rounds."""
+    config = fed.config
+    seed_dir.mkdir(parents=True, exist_ok=True)
+    metrics_path, ckpt_path = seed_dir / "metrics.jsonl", seed_dir / "checkpoint.pt"
+    start_round, elapsed = 1, 0.0
+    if resume and ckpt_path.exists():
+        done, elapsed = load_checkpoint(ckpt_path, fed)
+        start_round = done + 1
+        lines = _read_lines(metrics_path, done)
+    else:
+        lines = []
+    metrics_path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    clock = time.perf_counter()
+    with metrics_path.open("a") as out:
+        for rnd in range(start_round, config.rounds + 1):
+            line = fed.fit_round(rnd)
+            if rnd % config.eval_every == 0 or rnd == config.rounds:
+                line.update(fed.evaluate(rnd))
+            out.write(json.dumps(line) + "\n")
+            out.flush()
+            lines.append(line)
+            if progress is not None:
+                progress.update(fed.seed, rnd, line)
+            if config.checkpoint_every and rnd % config.checkpoint_every == 0 \
+                    and rnd < config.rounds:
+                save_checkpoint(ckpt_path, fed, rnd, elapsed + time.perf_counter() - clock)
+    seconds = elapsed + time.perf_counter() - clock
+    summary = seed_summary(fed, lines, seconds)
+    _write_json(seed_dir / "summary.json", summary)
+    ckpt_path.unlink(missing_ok=True)
+    return summary
+
+
+def seed_summary(fed: Federation, lines: list[dict], seconds: float) -> dict:
+    last_eval = next(line for line in reversed(lines) if "clients" in line)
+    final = {k: last_eval[k] for k in FINAL_KEYS if k in last_eval}
+    up = sum(line["bytes_up"] for line in lines)
+    down = sum(line["bytes_down"] for line in lines)
+    final.update(bytes_up=up, bytes_down=down, bytes_total=up + down)
+    return {"seed": fed.seed, "partition_id": fed.data.partition_id, "final": final,
+            "clients": last_eval["clients"], "rounds": len(lines), "seconds": seconds,
+            "train_seconds": sum(line["train_seconds"] for line in lines),
+            "eval_seconds": sum(line.get("eval_seconds", 0.0) for line in lines)}
+
+
+# ---------------------------------------------------------------- whole runs
+
+def _run_name(config: ExperimentConfig) -> str:
+    if config.name:
+        return config.name
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return f"{config.algorithm}-{config.dataset.lower()}-{config.partition.name}-{stamp}"
+
+
+def _new_run_dir(out: Path, name: str) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    candidate, n = out / name, 1
+    while candidate.exists():
+        n += 1
+        candidate = out / f"{name}-{n}"
+    candidate.mkdir()
+    return candidate
+
+
+def combine_seeds(config: ExperimentConfig, summaries: list[dict]) -> dict:
+    """Top-level summary: final metrics averaged over seeds, plus mean/std/values per metric."""
+    keys = [k for k in summaries[0]["final"] if all(k in s["final"] for s in summaries)]
+    over = {}
+    for key in keys:
+        values = [s["final"][key] for s in summaries]
+        mean, std = mean_std(values)
+        over[key] = {"mean": mean, "std": std, "values": values}
+    return {
+        "dataset": config.dataset, "algorithm": config.algorithm,
+        "seeds": [s["seed"] for s in summaries],
+        "partition_id": summaries[0]["partition_id"],
+        "partition_ids": {str(s["seed"]): s["partition_id"] for s in summaries},
+        "final": {k: v["mean"] for k, v in over.items()},
+        "over_seeds": over,
+        "rounds": config.rounds,
+        "seconds": sum(s["seconds"] for s in summaries),
+    }
+
+
+def _execute(config: ExperimentConfig, run_dir: Path, first: Federation | None,
+             progress: bool, resume: bool) -> dict:
+    summaries = []
+    with RoundProgress(config.rounds, len(config.run_seeds), enabled=progress) as bar:
+        for seed in config.run_seeds:
+            seed_dir = run_dir / f"seed-{seed}"
+            if resume and (seed_dir / "summary.json").exists():
+                summaries.append(json.loads((seed_dir / "summary.json").read_text()))
+                continue
+            fed = first if first is not None and first.seed == seed else build_federation(
+                config, seed)
+            summaries.append(run_seed(fed, seed_dir, bar, resume=resume))
+    summary = combine_seeds(config, summaries)
+    _write_json(run_dir / "summary.json", summary)
+    return summary
+
+
+def run_experiment(config: ExperimentConfig, out: str | Path = "runs",
+                   progress: bool = True) -> tuple[Path, dict]:
+    """Run every seed of ``config``; returns the run directory and its summary.
+
+    Data and the first seed's federation are built before the run directory is created, so bad
+    input never leaves a half-written directory behind.
+    """
+    first = build_federation(config, config.run_seeds[0])
+    run_dir = _new_run_dir(Path(out), _run_name(config))
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    return run_dir, _execute(config, run_dir, first, progress, resume=False)
+
+
+def resume_experiment(run_dir: str | Path, progress: bool = True) -> tuple[Path, dict]:
+    """Continue an interrupted run from its checkpoints; ends exactly as an uninterrupted run."""
+    run_dir = Path(run_dir)
+    config_path = run_dir / "config.yaml"
+    if not config_path.is_file():
+        raise ConfigError(f"'{run_dir}' is not a graphfed run directory (no config.yaml)")
+    config = build_config(yaml.safe_load(config_path.read_text()))
+    return run_dir, _execute(config, run_dir, None, progress, resume=True)

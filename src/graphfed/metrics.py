@@ -1,0 +1,75 @@
+"""Metrics as tensor ops: accuracy, micro/macro F1, and fairness across clients."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def classification_metrics(logits: Tensor, target: Tensor, num_classes: int) -> dict[str, float]:
+    """Accuracy, mean cross-entropy, micro-F1 and macro-F1 (over classes present in the targets
+    or the predictions, as scikit-learn averages) and the sample count ``n``."""
+    pred = logits.argmax(1)
+    n = len(target)
+    confusion = torch.bincount(target * num_classes + pred, minlength=num_classes ** 2)
+    confusion = confusion.view(num_classes, num_classes).double()
+    tp = confusion.diag()
+    fp = confusion.sum(0) - tp
+    fn = confusion.sum(1) - tp
+    present = (confusion.sum(0) + confusion.sum(1)) > 0
+    f1 = torch.where(present, 2 * tp / (2 * tp + fp + fn).clamp_min(1), torch.zeros_like(tp))
+    acc = float(tp.sum() / max(n, 1))
+    return {
+        "acc": acc,
+        "loss": float(F.cross_entropy(logits, target)) if n else float("nan"),
+        "micro_f1": acc,  # single-label multi-class: micro-F1 equals accuracy
+        "macro_f1": float(f1[present].mean()) if present.any() else 0.0,
+        "n": n,
+    }
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and population standard deviation (NaN for an empty sequence)."""
+    if not values:
+        return float("nan"), float("nan")
+    t = torch.tensor(values, dtype=torch.float64)
+    return float(t.mean()), float(t.std(unbiased=False))
+
+
+def variance(values: Sequence[float]) -> float:
+    """Variance across clients (q-FFL's fairness measure; lower is fairer)."""
+    return float(torch.tensor(values, dtype=torch.float64).var(unbiased=False))
+
+
+def entropy(values: Sequence[float]) -> float:
+    """Entropy of the values normalised to a distribution (higher is more uniform, fairer)."""
+    t = torch.tensor(values, dtype=torch.float64).clamp_min(0)
+    if t.sum() <= 0:
+        return float("nan")
+    p = t / t.sum()
+    p = p[p > 0]
+    return float(-(p * p.log()).sum())
+
+
+def pearson(a: Sequence[float], b: Sequence[float]) -> float:
+    """Pearson correlation, e.g. per-client Local vs federated accuracy (model-gradient fairness);
+    NaN when either side is constant."""
+    x = torch.tensor(a, dtype=torch.float64)
+    y = torch.tensor(b, dtype=torch.float64)
+    if len(x) != len(y) or len(x) < 2:
+        raise ValueError("pearson needs two sequences of the same length >= 2")
+    x, y = x - x.mean(), y - y.mean()
+    denom = math.sqrt(float((x * x).sum() * (y * y).sum()))
+    return float((x * y).sum() / denom) if denom > 0 else float("nan")
+
+
+def client_summary(per_client: Sequence[dict[str, float]], key: str) -> dict[str, float]:
+    """Mean, std, variance and entropy of one per-client metric."""
+    values = [c[key] for c in per_client]
+    mean, std = mean_std(values)
+    return {key: mean, f"{key}_std": std, f"{key}_var": variance(values),
+            f"{key}_entropy": entropy(values)}

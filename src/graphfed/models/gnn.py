@@ -1,0 +1,158 @@
+"""GNN backbones on PyG layers, for node classification and graph classification.
+
+Every model has ``prepare(graph)``: the per-graph work that does not depend on parameters (GCN's
+symmetric normalisation, SGC's K-step propagation). It is computed once per client graph and
+cached, not on every forward pass.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict, Field
+from torch import Tensor, nn
+from torch_geometric.data import Data
+from torch_geometric.nn import (
+    GATConv,
+    GCNConv,
+    GINConv,
+    SAGEConv,
+    global_add_pool,
+    global_mean_pool,
+)
+from torch_geometric.nn.conv.gcn_conv import gcn_norm
+
+ModelName = Literal["gcn", "sage", "sgc", "gat", "gin", "mlp"]
+
+
+class ModelOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: ModelName = "gcn"
+    hidden: int = Field(64, ge=1)
+    layers: int = Field(2, ge=1)
+    dropout: float = Field(0.5, ge=0.0, lt=1.0)
+    heads: int = Field(8, ge=1, description="GAT attention heads")
+    sgc_hops: int = Field(2, ge=1, description="SGC propagation steps")
+    pooling: Literal["add", "mean"] = Field("add", description="graph-level readout")
+
+
+def _conv(name: str, d_in: int, d_out: int, opts: ModelOptions, last: bool) -> nn.Module:
+    if name == "gcn":
+        return GCNConv(d_in, d_out, normalize=False)
+    if name == "sage":
+        return SAGEConv(d_in, d_out)
+    if name == "gat":
+        heads = 1 if last else opts.heads
+        return GATConv(d_in, d_out // heads if not last else d_out, heads=heads,
+                       dropout=opts.dropout)
+    if name == "gin":
+        mlp = nn.Sequential(nn.Linear(d_in, d_out), nn.ReLU(), nn.Linear(d_out, d_out))
+        return GINConv(mlp, eps=0.0, train_eps=False)
+    if name == "mlp":
+        return nn.Linear(d_in, d_out)
+    raise ValueError(f"no message-passing layer named {name!r}")
+
+
+def _prepare_edges(name: str, graph: Data) -> Data:
+    """A copy of ``graph`` whose edges are ready for the layer type: GCN gets its normalised,
+    self-looped edges and weights (per-graph, so still valid after slicing a batch by graph)."""
+    out = graph.clone()
+    if name == "gcn":
+        out.edge_index, out.edge_weight = gcn_norm(graph.edge_index, None, graph.num_nodes,
+                                                   add_self_loops=True)
+    return out
+
+
+def _propagate_inputs(name: str, edge_index: Tensor, edge_weight: Tensor | None):
+    """MLP ignores edges; GCN takes the cached normalised weights; others take plain edges."""
+    if name == "mlp":
+        return ()
+    if name == "gcn":
+        return (edge_index, edge_weight)
+    return (edge_index,)
+
+
+class NodeClassifier(nn.Module):
+    """``layers`` message-passing layers; the last one outputs class logits."""
+
+    def __init__(self, in_dim: int, num_classes: int, opts: ModelOptions):
+        super().__init__()
+        if opts.name == "gin":
+            raise ValueError("gin is a graph-level model here; use gcn, sage, sgc, gat or mlp")
+        self.opts = opts
+        if opts.name == "sgc":
+            self.convs = nn.ModuleList([nn.Linear(in_dim, num_classes)])
+            return
+        dims = [in_dim] + [opts.hidden] * (opts.layers - 1) + [num_classes]
+        self.convs = nn.ModuleList(
+            _conv(opts.name, dims[i], dims[i + 1], opts, last=i == opts.layers - 1)
+            for i in range(opts.layers))
+
+    def prepare(self, graph: Data) -> Data:
+        """Cache what depends on the graph only: GCN normalisation, SGC propagated features."""
+        if self.opts.name == "sgc":
+            edge_index, weight = gcn_norm(graph.edge_index, None, graph.num_nodes,
+                                          add_self_loops=True)
+            adj = torch.sparse_coo_tensor(edge_index.flip(0), weight,
+                                          (graph.num_nodes, graph.num_nodes)).coalesce()
+            x = graph.x
+            for _ in range(self.opts.sgc_hops):
+                x = torch.sparse.mm(adj, x)
+            return Data(x=x, edge_index=graph.edge_index[:, :0], num_nodes=graph.num_nodes)
+        return _prepare_edges(self.opts.name, graph)
+
+    def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None) -> Tensor:
+        if self.opts.name == "sgc":
+            return self.convs[0](x)
+        inputs = _propagate_inputs(self.opts.name, edge_index, edge_weight)
+        for i, conv in enumerate(self.convs):
+            x = F.dropout(x, self.opts.dropout, self.training)
+            x = conv(x, *inputs)
+            if i < len(self.convs) - 1:
+                x = F.relu(x)
+        return x
+
+
+class GraphClassifier(nn.Module):
+    """Linear pre-layer, ``layers`` message-passing layers (ReLU + dropout after each), a sum
+    (or mean) readout, a hidden post-layer and a linear classifier: the GIN backbone FGFL and
+    GPFL share, with the layer type configurable."""
+
+    def __init__(self, in_dim: int, num_classes: int, opts: ModelOptions):
+        super().__init__()
+        if opts.name == "sgc":
+            raise ValueError("sgc is a node-level model; use gin, gcn, sage, gat or mlp")
+        self.opts = opts
+        h = opts.hidden
+        self.pre = nn.Linear(in_dim, h)
+        self.convs = nn.ModuleList(_conv(opts.name, h, h, opts, last=False)
+                                   for _ in range(opts.layers))
+        self.post = nn.Linear(h, h)
+        self.readout = nn.Linear(h, num_classes)
+        self.pool = global_add_pool if opts.pooling == "add" else global_mean_pool
+
+    def prepare(self, graphs: Data) -> Data:
+        return _prepare_edges(self.opts.name, graphs)
+
+    def embed(self, x: Tensor, edge_index: Tensor, batch: Tensor, num_graphs: int,
+              edge_weight: Tensor | None = None) -> Tensor:
+        """Graph embeddings after the readout (what prototype-based methods share)."""
+        x = self.pre(x)
+        inputs = _propagate_inputs(self.opts.name, edge_index, edge_weight)
+        for conv in self.convs:
+            x = F.dropout(F.relu(conv(x, *inputs)), self.opts.dropout, self.training)
+        return self.pool(x, batch, num_graphs)
+
+    def forward(self, x: Tensor, edge_index: Tensor, batch: Tensor, num_graphs: int,
+                edge_weight: Tensor | None = None) -> Tensor:
+        h = self.embed(x, edge_index, batch, num_graphs, edge_weight)
+        h = F.dropout(F.relu(self.post(h)), self.opts.dropout, self.training)
+        return self.readout(h)
+
+
+def build_model(level: str, in_dim: int, num_classes: int, opts: ModelOptions) -> nn.Module:
+    cls = NodeClassifier if level == "node" else GraphClassifier
+    return cls(in_dim, num_classes, opts)

@@ -1,0 +1,88 @@
+"""The round logic every runtime shares; a runtime only supplies the transport.
+
+Per round: sample clients, ask the server what each receives, deliver, check every reply at the
+boundary (a malformed reply is dropped and logged, never aggregated), aggregate, count bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from graphfed.algorithms.base import Message, MessageError, Server, check_message
+
+log = logging.getLogger("graphfed.runtime")
+
+
+@dataclass
+class RoundRecord:
+    round: int
+    sampled: list[int]
+    answered: list[int]
+    dropped: dict[int, str] = field(default_factory=dict)
+    bytes_up: int = 0
+    bytes_down: int = 0
+    train_loss: float | None = None
+
+
+class Runtime(ABC):
+    """Drives a server and its clients through rounds; subclasses deliver the messages."""
+
+    def __init__(self, server: Server, num_clients: int, client_fraction: float, seed: int):
+        self.server = server
+        self.num_clients = num_clients
+        self.client_fraction = client_fraction
+        self.rng = np.random.default_rng(seed)
+
+    def sample_clients(self) -> list[int]:
+        count = max(1, round(self.client_fraction * self.num_clients))
+        if count >= self.num_clients:
+            return list(range(self.num_clients))
+        return sorted(int(c) for c in self.rng.choice(self.num_clients, count, replace=False))
+
+    @abstractmethod
+    def deliver_fit(self, rnd: int, messages: dict[int, Message]
+                    ) -> tuple[dict[int, Message], dict[int, str]]:
+        """Send fit messages; return the replies received and the clients that failed (why)."""
+
+    @abstractmethod
+    def deliver_evaluate(self, rnd: int, messages: dict[int, Message]) -> dict[int, dict]:
+        """Send evaluate messages; return each answering client's metrics per split."""
+
+    def fit_round(self, rnd: int) -> RoundRecord:
+        sampled = self.sample_clients()
+        messages = self.server.configure_fit(rnd, sampled)
+        for client, message in messages.items():
+            check_message(message, sender=f"server -> client {client}")
+        replies, dropped = self.deliver_fit(rnd, messages)
+        valid = {}
+        for client, reply in replies.items():
+            expected, scalars = self.server.reply_spec(client)
+            try:
+                check_message(reply, expected, scalars, sender=f"client {client}")
+            except MessageError as e:
+                log.warning("round %d: dropped reply of client %d: %s", rnd, client, e)
+                dropped[client] = str(e)
+                continue
+            valid[client] = reply
+        self.server.aggregate_fit(rnd, valid)
+        losses = [float(m.scalars["train_loss"]) for m in valid.values()
+                  if "train_loss" in m.scalars]
+        return RoundRecord(
+            round=rnd, sampled=sampled, answered=sorted(valid), dropped=dropped,
+            bytes_up=sum(m.nbytes for m in replies.values() if isinstance(m, Message)),
+            bytes_down=sum(m.nbytes for m in messages.values()),
+            train_loss=sum(losses) / len(losses) if losses else None)
+
+    def evaluate_round(self, rnd: int) -> dict[int, dict]:
+        messages = self.server.configure_evaluate(rnd, list(range(self.num_clients)))
+        return self.deliver_evaluate(rnd, messages)
+
+    def state_dict(self) -> dict:
+        return {"rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rng.bit_generator.state = state["rng"]

@@ -1,0 +1,34 @@
+"""In-process simulation: every client lives in this process; messages are copied at the
+boundary so no tensor is shared between the server and a client."""
+
+from __future__ import annotations
+
+from graphfed.algorithms.base import Client, ClientContext, Message, Server
+from graphfed.runtime.base import Runtime
+
+
+def _copy(message: Message) -> Message:
+    return Message({k: v.detach().clone() for k, v in message.tensors.items()},
+                   dict(message.scalars))
+
+
+class SimulationRuntime(Runtime):
+    def __init__(self, server: Server, client: Client, contexts: list[ClientContext],
+                 client_fraction: float, seed: int):
+        super().__init__(server, len(contexts), client_fraction, seed)
+        self.client = client
+        self.contexts = contexts
+
+    def deliver_fit(self, rnd, messages):
+        return {c: self.client.fit(_copy(m), self.contexts[c]) for c, m in messages.items()}, {}
+
+    def deliver_evaluate(self, rnd, messages):
+        return {c: self.client.evaluate(_copy(m), self.contexts[c]) for c, m in messages.items()}
+
+    def state_dict(self):
+        return {**super().state_dict(), "clients": [ctx.state for ctx in self.contexts]}
+
+    def load_state_dict(self, state):
+        super().load_state_dict(state)
+        for ctx, client_state in zip(self.contexts, state["clients"], strict=True):
+            ctx.state = client_state

@@ -1,0 +1,149 @@
+"""Client data moved to the device once, prepared once, and cut into mini-batches with tensor ops.
+
+Graph-level clients are collated into one big batch per split a single time; a mini-batch is a
+set of whole graphs sliced out of it (no DataLoader re-collating every epoch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+from torch_geometric.data import Batch, Data
+
+from graphfed.data.federated import SPLITS, ClientData, GraphClient, NodeClient
+
+
+@dataclass
+class NodeBatch:
+    """Full-graph inputs; the loss is taken on ``index`` nodes."""
+
+    x: Tensor
+    edge_index: Tensor
+    edge_weight: Tensor | None
+    y: Tensor
+    index: Tensor
+
+    def forward(self, model: nn.Module, call) -> Tensor:
+        return call(model, (self.x, self.edge_index, self.edge_weight))[self.index]
+
+    @property
+    def targets(self) -> Tensor:
+        return self.y[self.index]
+
+
+@dataclass
+class GraphBatch:
+    x: Tensor
+    edge_index: Tensor
+    edge_weight: Tensor | None
+    batch: Tensor
+    num_graphs: int
+    y: Tensor
+
+    def forward(self, model: nn.Module, call) -> Tensor:
+        return call(model, (self.x, self.edge_index, self.batch, self.num_graphs,
+                            self.edge_weight))
+
+    @property
+    def targets(self) -> Tensor:
+        return self.y
+
+
+class PreparedNodeClient:
+    def __init__(self, client: NodeClient, model: nn.Module, device: torch.device):
+        g = model.prepare(client.graph).to(device)
+        self.x, self.edge_index = g.x, g.edge_index
+        self.edge_weight = getattr(g, "edge_weight", None)
+        self.y = client.graph.y.to(device)
+        self.index = {s: torch.nonzero(getattr(client.graph, f"{s}_mask")).view(-1).to(device)
+                      for s in SPLITS}
+
+    def num_samples(self, split: str) -> int:
+        return len(self.index[split])
+
+    def outputs(self, model: nn.Module, call, splits) -> dict[str, tuple[Tensor, Tensor]]:
+        """Logits and targets per split from a single full-graph forward pass."""
+        logits = call(model, (self.x, self.edge_index, self.edge_weight))
+        return {s: (logits[self.index[s]], self.y[self.index[s]]) for s in splits
+                if self.num_samples(s)}
+
+    def batches(self, split: str, batch_size: int | None, shuffle: bool):
+        index = self.index[split]
+        if batch_size is None or batch_size >= len(index):
+            yield NodeBatch(self.x, self.edge_index, self.edge_weight, self.y, index)
+            return
+        if shuffle:
+            index = index[torch.randperm(len(index), device=index.device)]
+        for chunk in index.split(batch_size):
+            yield NodeBatch(self.x, self.edge_index, self.edge_weight, self.y, chunk)
+
+
+class _CollatedGraphs:
+    """One split's graphs collated once; ``take`` slices out a set of whole graphs."""
+
+    def __init__(self, graphs: list[Data], model: nn.Module, device: torch.device):
+        self.num_graphs = len(graphs)
+        if not graphs:
+            return
+        collated = Batch.from_data_list(
+            [Data(x=g.x, edge_index=g.edge_index, y=g.y, num_nodes=g.num_nodes) for g in graphs])
+        prepared = model.prepare(collated).to(device)
+        self.x, self.edge_index, self.y = prepared.x, prepared.edge_index, prepared.y
+        self.edge_weight = getattr(prepared, "edge_weight", None)
+        self.batch = collated.batch.to(device)
+
+    def all(self) -> GraphBatch:
+        return GraphBatch(self.x, self.edge_index, self.edge_weight, self.batch, self.num_graphs,
+                          self.y)
+
+    def take(self, graph_ids: Tensor) -> GraphBatch:
+        keep_graph = torch.zeros(self.num_graphs, dtype=torch.bool, device=self.batch.device)
+        keep_graph[graph_ids] = True
+        keep_node = keep_graph[self.batch]
+        keep_edge = keep_node[self.edge_index[0]]
+        new_node = torch.cumsum(keep_node, 0) - 1
+        new_graph = torch.cumsum(keep_graph, 0) - 1
+        weight = self.edge_weight[keep_edge] if self.edge_weight is not None else None
+        return GraphBatch(self.x[keep_node], new_node[self.edge_index[:, keep_edge]], weight,
+                          new_graph[self.batch[keep_node]], len(graph_ids), self.y[keep_graph])
+
+
+class PreparedGraphClient:
+    def __init__(self, client: GraphClient, model: nn.Module, device: torch.device):
+        self.splits = {s: _CollatedGraphs(client.graphs[s], model, device) for s in SPLITS}
+
+    def num_samples(self, split: str) -> int:
+        return self.splits[split].num_graphs
+
+    def outputs(self, model: nn.Module, call, splits) -> dict[str, tuple[Tensor, Tensor]]:
+        """Logits and targets per split, each split in one batched forward pass."""
+        out = {}
+        for s in splits:
+            if self.num_samples(s):
+                batch = self.splits[s].all()
+                out[s] = (batch.forward(model, call), batch.targets)
+        return out
+
+    def batches(self, split: str, batch_size: int | None, shuffle: bool):
+        graphs = self.splits[split]
+        n = graphs.num_graphs
+        if n == 0:
+            return
+        if batch_size is None or batch_size >= n:
+            yield graphs.all()
+            return
+        device = graphs.batch.device
+        order = torch.randperm(n, device=device) if shuffle else torch.arange(n, device=device)
+        for chunk in order.split(batch_size):
+            yield graphs.take(chunk)
+
+
+PreparedClient = PreparedNodeClient | PreparedGraphClient
+
+
+def prepare_client(client: ClientData, model: nn.Module, device: torch.device) -> PreparedClient:
+    if isinstance(client, NodeClient):
+        return PreparedNodeClient(client, model, device)
+    return PreparedGraphClient(client, model, device)
