@@ -229,12 +229,16 @@ def _format_errors(error: ValidationError, prefix: tuple = ()) -> str:
             section, shown = _section_class(loc), loc
         where = "" if shown == ("methods",) else ".".join(str(p) for p in shown)
         message = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "union_tag_invalid":
+            message = (f"unknown {where} '{e['ctx']['tag']}'; available: "
+                       f"{', '.join(PARTITIONS)}")
         if e["type"] == "extra_forbidden":
             message = "unknown key"
             if section is not None:
                 message += f"; valid keys: {', '.join(sorted(section.model_fields))}"
         got = e.get("input")
-        suffix = ("" if isinstance(got, dict) or e["type"] in ("value_error", "extra_forbidden")
+        quiet = ("value_error", "extra_forbidden", "union_tag_invalid")
+        suffix = ("" if isinstance(got, dict) or e["type"] in quiet
                   else f" (got {got!r})")
         lines.append(f"{where}: {message}{suffix}" if where else f"{message}{suffix}")
     return "; ".join(lines)

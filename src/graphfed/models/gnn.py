@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor, nn
@@ -23,6 +22,7 @@ from torch_geometric.nn import (
     global_mean_pool,
 )
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
+from torch_geometric.utils import scatter
 
 ModelName = Literal["gcn", "sage", "sgc", "gat", "gin", "mlp"]
 
@@ -96,11 +96,10 @@ class NodeClassifier(nn.Module):
         if self.opts.name == "sgc":
             edge_index, weight = gcn_norm(graph.edge_index, None, graph.num_nodes,
                                           add_self_loops=True)
-            adj = torch.sparse_coo_tensor(edge_index.flip(0), weight,
-                                          (graph.num_nodes, graph.num_nodes)).coalesce()
+            source, target = edge_index
             x = graph.x
             for _ in range(self.opts.sgc_hops):
-                x = torch.sparse.mm(adj, x)
+                x = scatter(x[source] * weight.view(-1, 1), target, 0, graph.num_nodes, "sum")
             return Data(x=x, edge_index=graph.edge_index[:, :0], num_nodes=graph.num_nodes)
         return _prepare_edges(self.opts.name, graph)
 

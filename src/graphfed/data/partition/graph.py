@@ -9,8 +9,9 @@ from torch_geometric.utils import to_undirected
 
 def flip_edges(edge_index: torch.Tensor, num_nodes: int, ratio: float,
                rng: np.random.Generator) -> torch.Tensor:
-    """Delete ``floor(ratio * |E|)`` random undirected edges and add as many random new node
-    pairs (no self-loops, no duplicates), keeping the graph symmetric (FGFL's quality tiers)."""
+    """Delete ``floor(ratio * |E|)`` random undirected edges and add as many random node pairs
+    that were not edges before (no self-loops), keeping the graph symmetric (FGFL's quality
+    tiers). Fewer are added only when the graph has too few non-edges."""
     src, dst = edge_index
     upper = edge_index[:, src < dst]
     num_edges = upper.size(1)
@@ -19,9 +20,9 @@ def flip_edges(edge_index: torch.Tensor, num_nodes: int, ratio: float,
         return edge_index
     keep = rng.permutation(num_edges)[num_flip:]
     kept = upper[:, torch.as_tensor(np.sort(keep), dtype=torch.long)]
-    existing = set(map(tuple, kept.t().tolist()))
+    existing = set(map(tuple, upper.t().tolist()))
     possible = num_nodes * (num_nodes - 1) // 2
-    target = min(num_flip, possible - len(existing))
+    target = min(num_flip, possible - num_edges)
     added: list[tuple[int, int]] = []
     while len(added) < target:
         u, v = (int(a) for a in rng.integers(0, num_nodes, 2))

@@ -61,8 +61,8 @@ def metis_split(graph: Data, num_clients: int, seed: int) -> list[torch.Tensor]:
     xadj[1:] = torch.cumsum(torch.bincount(src, minlength=graph.num_nodes), 0)
     options = pymetis.Options()
     options.seed = seed
-    _, membership = pymetis.part_graph(num_clients, xadj=xadj.tolist(), adjncy=dst.tolist(),
-                                       options=options)
+    adjacency = pymetis.CSRAdjacency(adj_starts=xadj.tolist(), adjacent=dst.tolist())
+    _, membership = pymetis.part_graph(num_clients, adjacency, options=options)
     membership = torch.tensor(membership, dtype=torch.long)
     parts = [torch.nonzero(membership == k).view(-1) for k in range(num_clients)]
     if any(len(p) == 0 for p in parts):

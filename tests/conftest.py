@@ -1,0 +1,44 @@
+"""Test set-up: real staged datasets from GRAPHFED_DATA (default ../shared/datasets)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+os.environ.setdefault("GRAPHFED_DATA", str((REPO / ".." / "shared" / "datasets").resolve()))
+os.environ.setdefault("GRAPHFED_CACHE", str(REPO / ".cache" / "graphfed"))
+
+
+def require(name: str):
+    """Skip (with the reason) when a dataset's files are not staged."""
+    from graphfed.data.datasets import is_present
+
+    return pytest.mark.skipif(not is_present(name),
+                              reason=f"dataset {name} not present under GRAPHFED_DATA")
+
+
+@pytest.fixture(scope="session")
+def cora():
+    from graphfed.data import load_dataset
+
+    if not _present("Cora"):
+        pytest.skip("Cora not present under GRAPHFED_DATA")
+    return load_dataset("Cora")
+
+
+@pytest.fixture(scope="session")
+def proteins():
+    from graphfed.data import load_dataset
+
+    if not _present("PROTEINS"):
+        pytest.skip("PROTEINS not present under GRAPHFED_DATA")
+    return load_dataset("PROTEINS")
+
+
+def _present(name: str) -> bool:
+    from graphfed.data.datasets import is_present
+
+    return is_present(name)

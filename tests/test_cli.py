@@ -1,0 +1,94 @@
+"""Bad input: one readable message naming the problem and the choices, exit code 2, nothing
+left behind."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from graphfed.algorithms.base import REGISTRY, Algorithm, register
+from graphfed.algorithms.fedavg import FedAvgClient, FedAvgOptions, FedAvgServer
+from graphfed.cli import app
+from tests.conftest import require
+
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, list(args))
+
+
+@pytest.fixture
+def graph_only_algorithm():
+    register(Algorithm("graph-only-test", FedAvgServer, FedAvgClient, FedAvgOptions,
+                       levels=("graph",)))
+    yield "graph-only-test"
+    REGISTRY.pop("graph-only-test")
+
+
+BAD = [
+    (["algorithm=nope"], "unknown algorithm 'nope'; available: fedavg, fedprox, local"),
+    (["dataset=nope"], "unknown dataset 'nope'; available: Cora"),
+    (["partition=nope"], "unknown partition 'nope'; available: louvain, metis"),
+    (["colour=red"], "unknown key 'colour'; valid keys:"),
+    (["model.depth=3"], "model.depth: unknown key; valid keys: dropout, heads, hidden"),
+    (["fedprox.nu=3"], "fedprox.nu: unknown key; valid keys: mu, weighted"),
+    (["rounds=many"], "rounds: Input should be a valid integer"),
+    (["optimizer.name=rmsprop"], "optimizer.name: Input should be 'adam' or 'sgd'"),
+    (["model=gin"], "model 'gin' does not fit the node-level dataset 'Cora'"),
+    (["dataset=PROTEINS", "partition=louvain"], "partition 'louvain' is for node-level"),
+    (["partition.split=[0.5,0.3,0.3]"], "ratios must be non-negative and sum to 1"),
+    (["num_clients=1000"], "1000 clients but only"),
+    (["rounds"], "not of the form key=value"),
+]
+
+
+@require("Cora")
+@require("PROTEINS")
+@pytest.mark.parametrize(("overrides", "message"), BAD)
+def test_bad_input_exits_2_with_a_readable_message(tmp_path, overrides, message):
+    result = invoke("run", "configs/quickstart.yaml", *overrides, "--out", str(tmp_path / "r"),
+                    "--quiet")
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split())
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "r").exists()
+
+
+@require("Cora")
+def test_graph_level_algorithm_on_a_node_dataset(tmp_path, graph_only_algorithm):
+    result = invoke("run", f"algorithm={graph_only_algorithm}", "--out", str(tmp_path), "--quiet")
+    assert result.exit_code == 2
+    assert "is for graph-level tasks but dataset 'Cora' is node-level" in " ".join(
+        result.output.split())
+
+
+def test_missing_config_file_and_bad_resume(tmp_path):
+    assert invoke("run", "missing.yaml").exit_code == 2
+    result = invoke("run", "--resume", str(tmp_path))
+    assert result.exit_code == 2 and "not a graphfed run directory" in result.output
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- just\n- a list\n")
+    result = invoke("run", str(bad))
+    assert result.exit_code == 2 and "mapping" in result.output
+
+
+@require("Cora")
+def test_run_report_and_partition_commands(tmp_path):
+    result = invoke("run", "configs/quickstart.yaml", "rounds=2", "num_clients=3", "name=demo",
+                    "--out", str(tmp_path), "--quiet")
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "demo" / "summary.json").read_text())
+    assert 0 <= summary["final"]["test_acc"] <= 1
+    result = invoke("run", "configs/quickstart.yaml", "rounds=2", "num_clients=3", "name=solo",
+                    "algorithm=local", "--out", str(tmp_path), "--quiet")
+    assert result.exit_code == 0, result.output
+    plot = tmp_path / "curves.png"
+    result = invoke("report", str(tmp_path / "demo"), str(tmp_path / "solo"), "--plot", str(plot))
+    assert result.exit_code == 0, result.output
+    assert "fedavg" in result.output and "local" in result.output and plot.stat().st_size > 0
+    result = invoke("partition", "configs/quickstart.yaml", "num_clients=3", "--json")
+    rows = json.loads(result.output)["clients"]
+    assert len(rows) == 3 and sum(r["samples"] for r in rows) == 2708
+    result = invoke("datasets")
+    assert result.exit_code == 0 and "Cora" in result.output and "present" in result.output

@@ -1,0 +1,171 @@
+import numpy as np
+import pytest
+import torch
+
+from graphfed.data import build_partition, materialize, parse_partition
+from graphfed.data.partition.graph import flip_edges
+from graphfed.errors import GraphfedError
+from tests.conftest import require
+
+
+def _label_skew(parts, labels, num_classes):
+    """Mean total-variation distance between each client's label distribution and the global."""
+    overall = torch.bincount(labels, minlength=num_classes).double()
+    overall /= overall.sum()
+    distances = []
+    for ids in parts:
+        counts = torch.bincount(labels[ids], minlength=num_classes).double()
+        distances.append(0.5 * float((counts / counts.sum() - overall).abs().sum()))
+    return float(np.mean(distances))
+
+
+@require("Cora")
+@pytest.mark.parametrize("spec", ["louvain", "metis", "dirichlet", {"name": "uniform"}])
+def test_node_partitions_are_deterministic_and_cover_every_node_once(cora, spec):
+    options = parse_partition(spec)
+    a = build_partition(cora, options, 10, seed=3)
+    b = build_partition(cora, options, 10, seed=3)
+    assert a.id == b.id
+    for x, y in zip(a.client_ids, b.client_ids, strict=True):
+        assert torch.equal(x, y)
+    for x, y in zip(a.client_splits, b.client_splits, strict=True):
+        assert torch.equal(x, y)
+    every = torch.cat(a.client_ids)
+    assert len(every) == cora.graph.num_nodes
+    assert torch.equal(every.sort().values, torch.arange(cora.graph.num_nodes))
+
+
+@require("Cora")
+def test_different_seed_gives_a_different_partition(cora):
+    options = parse_partition("dirichlet")
+    a = build_partition(cora, options, 10, seed=0)
+    b = build_partition(cora, options, 10, seed=1)
+    assert a.id != b.id
+    assert any(len(x) != len(y) or not torch.equal(x, y)
+               for x, y in zip(a.client_ids, b.client_ids, strict=True))
+
+
+@require("Cora")
+def test_global_test_is_held_out_from_clients(cora):
+    options = parse_partition({"name": "louvain", "global_test": 0.2})
+    artifact = build_partition(cora, options, 5, seed=0)
+    clients = torch.cat(artifact.client_ids)
+    assert len(artifact.global_test_ids) == round(0.2 * cora.graph.num_nodes)
+    assert not np.intersect1d(clients.numpy(), artifact.global_test_ids.numpy()).size
+    assert len(clients) + len(artifact.global_test_ids) == cora.graph.num_nodes
+
+
+@require("Cora")
+def test_louvain_largest_keeps_the_k_largest_communities(cora):
+    from graphfed.data.partition.node import louvain_communities
+
+    artifact = build_partition(cora, parse_partition({"name": "louvain", "mode": "largest"}), 5, 0)
+    sizes = [len(ids) for ids in artifact.client_ids]
+    expected = [len(c) for c in louvain_communities(cora.graph, seed=0)[:5]]
+    assert sorted(sizes, reverse=True) == expected
+
+
+@require("Cora")
+def test_dirichlet_small_alpha_skews_labels_more_than_large_alpha(cora):
+    skew = {}
+    for alpha in (0.1, 100.0):
+        options = parse_partition({"name": "dirichlet", "alpha": alpha})
+        artifact = build_partition(cora, options, 10, seed=0)
+        skew[alpha] = _label_skew(artifact.client_ids, cora.graph.y, cora.num_classes)
+    assert skew[0.1] > 0.4
+    assert skew[100.0] < 0.1
+
+
+@require("Cora")
+def test_major_labels_gives_each_client_its_major_share(cora):
+    options = parse_partition({"name": "major_labels", "labels": 3, "major_fraction": 0.8,
+                               "client_size": 0.05})
+    artifact = build_partition(cora, options, 6, seed=0)
+    y = cora.graph.y
+    every = torch.cat(artifact.client_ids)
+    assert len(every.unique()) == len(every)  # disjoint without overlap
+    for ids in artifact.client_ids:
+        top3 = torch.bincount(y[ids], minlength=7).sort(descending=True).values[:3].sum()
+        assert top3 / len(ids) >= 0.8
+
+
+@require("Cora")
+def test_per_client_splits_follow_the_ratios(cora):
+    data = materialize(cora, build_partition(cora, parse_partition(
+        {"name": "metis", "split": [0.6, 0.2, 0.2]}), 4, seed=0))
+    for client in data.clients:
+        n = client.graph.num_nodes
+        assert abs(client.num_samples("train") - 0.6 * n) <= 1
+        assert abs(client.num_samples("val") - 0.2 * n) <= 1
+        assert sum(client.num_samples(s) for s in ("train", "val", "test")) == n
+        assert torch.equal(client.graph.y, cora.graph.y[client.global_ids])
+
+
+@require("Cora")
+def test_more_clients_than_communities_is_refused(cora):
+    with pytest.raises(GraphfedError, match=r"only .* communities"):
+        build_partition(cora, parse_partition("louvain"), 1000, seed=0)
+
+
+@require("PROTEINS")
+@pytest.mark.parametrize("spec", ["dirichlet", "uniform"])
+def test_graph_partitions_cover_every_graph_once(proteins, spec):
+    options = parse_partition({"name": spec, "global_test": 0.1})
+    artifact = build_partition(proteins, options, 10, seed=0)
+    every = torch.cat([*artifact.client_ids, artifact.global_test_ids])
+    assert torch.equal(every.sort().values, torch.arange(len(proteins.graphs)))
+    assert len(artifact.global_test_ids) == round(0.1 * len(proteins.graphs))
+
+
+@require("PROTEINS")
+def test_dirichlet_skews_graph_labels(proteins):
+    labels = torch.cat([g.y for g in proteins.graphs])
+    skew = {}
+    for alpha in (0.1, 100.0):
+        artifact = build_partition(proteins, parse_partition({"name": "dirichlet", "alpha": alpha,
+                                                              "min_size": 5}), 10, seed=0)
+        skew[alpha] = _label_skew(artifact.client_ids, labels, 2)
+    assert skew[0.1] > 3 * skew[100.0]
+
+
+def test_flip_edges_keeps_symmetry_and_edge_count():
+    rng = np.random.default_rng(0)
+    n = 30
+    ring = torch.tensor([[i, (i + 1) % n] for i in range(n)]).t()
+    edge_index = torch.cat([ring, ring.flip(0)], 1)
+    flipped = flip_edges(edge_index, n, 0.5, rng)
+    pairs = set(map(tuple, flipped.t().tolist()))
+    assert all((v, u) in pairs for u, v in pairs)
+    assert flipped.size(1) == edge_index.size(1)
+    original = set(map(tuple, edge_index.t().tolist()))
+    assert len(pairs - original) == 2 * 15  # 15 undirected edges replaced
+    assert all(u != v for u, v in pairs)
+
+
+@require("PROTEINS")
+def test_edge_flip_perturbs_training_graphs_only(proteins):
+    options = parse_partition({"name": "uniform", "edge_flip": 0.5})
+    data = materialize(proteins, build_partition(proteins, options, 5, seed=0))
+    client = data.clients[0]
+    for split, changed in (("train", True), ("test", False)):
+        for gid, g in zip(client.global_ids[split].tolist(), client.graphs[split], strict=True):
+            original = proteins.graphs[gid]
+            if original.edge_index.size(1) >= 8:
+                same = torch.equal(g.edge_index, original.edge_index)
+                assert same != changed
+
+
+@require("Cora")
+def test_artifact_is_reused_for_the_same_parameters(cora, tmp_path, monkeypatch):
+    from graphfed.data import load_or_build_partition
+    from graphfed.data.federated import artifact_path
+
+    monkeypatch.setenv("GRAPHFED_CACHE", str(tmp_path))
+    options = parse_partition("metis")
+    first = load_or_build_partition(cora, options, 5, seed=0)
+    assert artifact_path(first.id).exists()
+    again = load_or_build_partition(cora, options, 5, seed=0)
+    assert again.id == first.id and all(
+        torch.equal(a, b) for a, b in zip(first.client_ids, again.client_ids, strict=True))
+    other = load_or_build_partition(cora, options, 6, seed=0)
+    assert other.id != first.id

@@ -1,0 +1,124 @@
+"""The message boundary, aggregation and byte accounting."""
+
+import pytest
+import torch
+
+from graphfed.algorithms import Message, MessageError, check_message
+from graphfed.algorithms.aggregation import weighted_average
+from graphfed.config import load_config
+from graphfed.experiment import build_federation
+from tests.conftest import require
+
+
+def test_weighted_average_equals_manual_weighted_sum():
+    torch.manual_seed(0)
+    params = [{"w": torch.randn(3, 4), "b": torch.randn(4)} for _ in range(3)]
+    weights = [10.0, 30.0, 60.0]
+    out = weighted_average(params, weights)
+    for name in ("w", "b"):
+        expected = sum(w / 100.0 * p[name] for w, p in zip(weights, params, strict=True))
+        assert torch.allclose(out[name], expected, atol=1e-6)
+
+
+def test_weighted_average_rejects_bad_weights():
+    with pytest.raises(ValueError, match="non-negative"):
+        weighted_average([{"w": torch.ones(1)}], [-1.0])
+
+
+def test_check_message_accepts_a_matching_message():
+    m = Message({"w": torch.zeros(2, 3)}, {"num_samples": 5})
+    check_message(m, {"w": ((2, 3), torch.float32)}, ("num_samples",))
+
+
+@pytest.mark.parametrize(("message", "match"), [
+    (Message({"w": torch.tensor([[float("nan"), 0, 0], [0, 0, 0]])}), "NaN"),
+    (Message({"w": torch.zeros(3, 2)}), r"\(3, 2\)"),
+    (Message({"w": torch.zeros(2, 3, dtype=torch.float64)}), "float64"),
+    (Message({"v": torch.zeros(2, 3)}), "unexpected"),
+    (Message({"w": torch.zeros(2, 3)}, {"num_samples": float("inf")}), "finite"),
+    (Message({"w": [1, 2]}), "not a tensor"),
+])
+def test_check_message_rejects_malformed_messages(message, match):
+    with pytest.raises(MessageError, match=match):
+        check_message(message, {"w": ((2, 3), torch.float32)})
+
+
+def test_message_bytes_are_tensor_sizes_plus_scalars():
+    m = Message({"a": torch.zeros(10, 5), "b": torch.zeros(7, dtype=torch.float64)}, {"n": 3})
+    assert m.nbytes == 10 * 5 * 4 + 7 * 8 + 8
+
+
+def _federation(*overrides):
+    config = load_config(None, ["dataset=Cora", "num_clients=4", "partition=metis",
+                                "device=cpu", *overrides])
+    return config, build_federation(config, config.seed)
+
+
+@require("Cora")
+def test_round_bytes_equal_the_model_size_both_ways():
+    _, fed = _federation("client_fraction=0.5")
+    param_bytes = sum(p.numel() * p.element_size() for p in fed.trainer.model.parameters())
+    record = fed.runtime.fit_round(1)
+    assert len(record.sampled) == 2
+    assert record.bytes_down == 2 * param_bytes
+    assert record.bytes_up == 2 * (param_bytes + 2 * 8)  # + num_samples, train_loss scalars
+
+
+@require("Cora")
+def test_fedavg_server_holds_the_weighted_average_of_replies():
+    _, fed = _federation()
+    server, runtime = fed.runtime.server, fed.runtime
+    messages = server.configure_fit(1, [0, 1, 2, 3])
+    replies, _ = runtime.deliver_fit(1, messages)
+    server.aggregate_fit(1, replies)
+    sizes = [ctx.data.num_samples("train") for ctx in runtime.contexts]
+    expected = weighted_average([replies[c].tensors for c in range(4)], sizes)
+    for name, value in server.global_params().items():
+        assert torch.allclose(value, expected[name])
+
+
+@require("Cora")
+def test_a_malformed_reply_is_dropped_and_never_aggregated(monkeypatch):
+    _, fed = _federation()
+    runtime = fed.runtime
+    honest_fit = runtime.client.fit
+
+    def faulty_fit(message, ctx):
+        reply = honest_fit(message, ctx)
+        if ctx.client_id == 2:
+            name = next(iter(reply.tensors))
+            reply.tensors[name] = torch.full_like(reply.tensors[name], float("nan"))
+        return reply
+
+    captured = {}
+
+    def spy(rnd, valid):
+        captured.update(valid)
+        return type(runtime.server).aggregate_fit(runtime.server, rnd, valid)
+
+    monkeypatch.setattr(runtime.client, "fit", faulty_fit)
+    monkeypatch.setattr(runtime.server, "aggregate_fit", spy)
+    record = runtime.fit_round(1)
+    assert "NaN" in record.dropped[2]
+    assert record.answered == [0, 1, 3] and sorted(captured) == [0, 1, 3]
+    assert all(torch.isfinite(v).all() for v in runtime.server.global_params().values())
+
+
+@require("Cora")
+def test_clients_never_share_tensors_with_the_server():
+    _, fed = _federation()
+    server = fed.runtime.server
+    before = {k: v.clone() for k, v in server.global_params().items()}
+    received = []
+    original = fed.runtime.client.fit
+
+    def vandal(message, ctx):
+        received.append(message)
+        for t in message.tensors.values():
+            t.add_(1.0)  # a client mutating what it received must not touch the server
+        return original(message, ctx)
+
+    fed.runtime.client.fit = vandal
+    fed.runtime.deliver_fit(1, server.configure_fit(1, [0]))
+    for k, v in server.global_params().items():
+        assert torch.equal(v, before[k])
