@@ -169,3 +169,16 @@ def test_artifact_is_reused_for_the_same_parameters(cora, tmp_path, monkeypatch)
         torch.equal(a, b) for a, b in zip(first.client_ids, again.client_ids, strict=True))
     other = load_or_build_partition(cora, options, 6, seed=0)
     assert other.id != first.id
+
+
+@require("Cora")
+def test_client_stats_account_for_every_edge(cora):
+    from graphfed.data.stats import client_stats
+
+    data = materialize(cora, build_partition(cora, parse_partition("metis"), 5, seed=0))
+    rows = client_stats(data)
+    internal = sum(r["edges"] for r in rows)
+    cut = sum(r["lost_edges"] for r in rows) // 2  # a cut edge is lost by both its clients
+    assert internal + cut == cora.graph.edge_index.size(1) // 2
+    assert all(0.0 <= r["homophily"] <= 1.0 for r in rows)
+    assert sum(r["samples"] for r in rows) == cora.graph.num_nodes
