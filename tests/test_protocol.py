@@ -122,3 +122,29 @@ def test_clients_never_share_tensors_with_the_server():
     fed.runtime.deliver_fit(1, server.configure_fit(1, [0]))
     for k, v in server.global_params().items():
         assert torch.equal(v, before[k])
+
+
+@require("Cora")
+def test_a_failing_client_is_dropped_and_the_round_goes_on(monkeypatch):
+    from graphfed.runtime.base import RoundFailed
+
+    _, fed = _federation()
+    runtime = fed.runtime
+    honest_fit = runtime.client.fit
+
+    def crash_on_client_1(message, ctx):
+        if ctx.client_id == 1:
+            raise OSError("disk on fire")
+        return honest_fit(message, ctx)
+
+    monkeypatch.setattr(runtime.client, "fit", crash_on_client_1)
+    record = runtime.fit_round(1)
+    assert record.answered == [0, 2, 3]
+    assert record.dropped == {1: "OSError: disk on fire"}
+
+    def crash_always(message, ctx):
+        raise OSError("all down")
+
+    monkeypatch.setattr(runtime.client, "fit", crash_always)
+    with pytest.raises(RoundFailed, match="no client returned a valid reply"):
+        runtime.fit_round(2)

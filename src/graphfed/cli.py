@@ -47,6 +47,7 @@ def run(
     """Run a federated experiment and write its run directory (summary.json, metrics.jsonl)."""
     from graphfed.config import load_config
     from graphfed.experiment import resume_experiment, run_experiment
+    from graphfed.runtime.base import RoundFailed
 
     try:
         if resume is not None:
@@ -59,6 +60,10 @@ def run(
             run_dir, summary = run_experiment(config, out, progress=not quiet)
     except GraphfedError as e:
         _fail(str(e))
+    except RoundFailed as e:
+        errors.print(f"[bold red]run stopped:[/] {e}; resume with --resume RUN_DIR once fixed",
+                     highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
     _print_final(summary)
     console.print(f"run directory: [bold]{run_dir}[/]")
 

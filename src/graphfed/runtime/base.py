@@ -17,6 +17,10 @@ from graphfed.algorithms.base import Message, MessageError, Server, check_messag
 log = logging.getLogger("graphfed.runtime")
 
 
+class RoundFailed(RuntimeError):
+    """Every sampled client failed or sent a malformed reply: nothing to aggregate."""
+
+
 @dataclass
 class RoundRecord:
     round: int
@@ -68,6 +72,9 @@ class Runtime(ABC):
                 dropped[client] = str(e)
                 continue
             valid[client] = reply
+        if messages and not valid:
+            reasons = "; ".join(f"client {c}: {why}" for c, why in sorted(dropped.items()))
+            raise RoundFailed(f"round {rnd}: no client returned a valid reply ({reasons})")
         self.server.aggregate_fit(rnd, valid)
         losses = [float(m.scalars["train_loss"]) for m in valid.values()
                   if "train_loss" in m.scalars]

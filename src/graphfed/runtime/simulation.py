@@ -4,7 +4,7 @@ boundary so no tensor is shared between the server and a client."""
 from __future__ import annotations
 
 from graphfed.algorithms.base import Client, ClientContext, Message, Server
-from graphfed.runtime.base import Runtime
+from graphfed.runtime.base import Runtime, log
 
 
 def _copy(message: Message) -> Message:
@@ -20,7 +20,14 @@ class SimulationRuntime(Runtime):
         self.contexts = contexts
 
     def deliver_fit(self, rnd, messages):
-        return {c: self.client.fit(_copy(m), self.contexts[c]) for c, m in messages.items()}, {}
+        replies, failed = {}, {}
+        for c, m in messages.items():
+            try:
+                replies[c] = self.client.fit(_copy(m), self.contexts[c])
+            except Exception as e:  # a failing client is dropped for the round, as on a network
+                log.warning("round %d: client %d failed: %r", rnd, c, e)
+                failed[c] = f"{type(e).__name__}: {e}"
+        return replies, failed
 
     def deliver_evaluate(self, rnd, messages):
         return {c: self.client.evaluate(_copy(m), self.contexts[c]) for c, m in messages.items()}
