@@ -182,3 +182,26 @@ def test_client_stats_account_for_every_edge(cora):
     assert internal + cut == cora.graph.edge_index.size(1) // 2
     assert all(0.0 <= r["homophily"] <= 1.0 for r in rows)
     assert sum(r["samples"] for r in rows) == cora.graph.num_nodes
+
+
+@require("PROTEINS")
+def test_gcfl_chunking_gives_consecutive_chunks_then_random_graphs(proteins):
+    options = parse_partition({"name": "gcfl_chunk", "chunk": 50, "global_test": 0.1})
+    artifact = build_partition(proteins, options, 10, seed=123)
+    again = build_partition(proteins, options, 10, seed=123)
+    assert all(torch.equal(a, b) for a, b in zip(artifact.client_ids, again.client_ids,
+                                                 strict=True))
+    every = torch.cat([*artifact.client_ids, artifact.global_test_ids])
+    assert torch.equal(every.sort().values, torch.arange(len(proteins.graphs)))
+    pool = torch.cat(artifact.client_ids).sort().values  # dataset order after the test cut
+    for j, ids in enumerate(artifact.client_ids):
+        assert torch.equal(ids[:50], pool[50 * j:50 * (j + 1)])
+    # TU files are sorted by class: the first chunks are single-class
+    labels = torch.cat([g.y for g in proteins.graphs])
+    assert labels[artifact.client_ids[0][:50]].unique().numel() == 1
+
+
+@require("PROTEINS")
+def test_gcfl_chunking_refuses_too_many_clients(proteins):
+    with pytest.raises(GraphfedError, match="exceeds the"):
+        build_partition(proteins, parse_partition("gcfl_chunk"), 30, seed=0)

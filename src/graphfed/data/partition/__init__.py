@@ -13,6 +13,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 from torch_geometric.data import Data
 
+from graphfed.data.partition.graph import gcfl_chunk_split
 from graphfed.data.partition.label_skew import dirichlet_split, uniform_split
 from graphfed.data.partition.node import louvain_split, major_labels_split, metis_split
 from graphfed.errors import GraphfedError
@@ -107,12 +108,23 @@ class UniformPartition(PartitionBase):
         return uniform_split(len(labels), num_clients, np.random.default_rng(seed))
 
 
+class GCFLChunkPartition(PartitionBase):
+    levels: ClassVar[tuple[str, ...]] = ("graph",)
+    name: Literal["gcfl_chunk"] = "gcfl_chunk"
+    chunk: int = Field(50, ge=1, description="consecutive graphs each client takes first")
+
+    def assign(self, labels, graph, num_clients, seed):
+        return gcfl_chunk_split(len(labels), num_clients, self.chunk,
+                                np.random.default_rng(seed))
+
+
 PARTITIONS = {cls.model_fields["name"].default: cls for cls in (
-    LouvainPartition, MetisPartition, MajorLabelsPartition, DirichletPartition, UniformPartition)}
+    LouvainPartition, MetisPartition, MajorLabelsPartition, DirichletPartition, UniformPartition,
+    GCFLChunkPartition)}
 
 PartitionOptions = Annotated[
     LouvainPartition | MetisPartition | MajorLabelsPartition | DirichletPartition
-    | UniformPartition,
+    | UniformPartition | GCFLChunkPartition,
     Field(discriminator="name"),
 ]
 

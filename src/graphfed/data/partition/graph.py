@@ -32,3 +32,21 @@ def flip_edges(edge_index: torch.Tensor, num_nodes: int, ratio: float,
             added.append(pair)
     new = torch.tensor(added, dtype=torch.long).t().reshape(2, -1)
     return to_undirected(torch.cat([kept, new], dim=1), num_nodes=num_nodes)
+
+
+def gcfl_chunk_split(num_items: int, num_clients: int, chunk: int,
+                     rng: np.random.Generator) -> list[torch.Tensor]:
+    """GCFL's one-dataset assignment (as FGFL's code inherits it): client j first takes the
+    consecutive items [chunk*j, chunk*(j+1)) in dataset order, then every remaining item goes to
+    a client drawn uniformly at random. TU files are sorted by class, so this skews labels."""
+    from graphfed.errors import GraphfedError
+
+    if num_clients * chunk > num_items:
+        raise GraphfedError(
+            f"gcfl_chunk partition: {num_clients} clients x chunk {chunk} exceeds the "
+            f"{num_items} graphs available; lower partition.chunk or num_clients")
+    rest = np.arange(num_clients * chunk, num_items)
+    owners = rng.integers(0, num_clients, len(rest))
+    return [torch.as_tensor(np.concatenate([np.arange(j * chunk, (j + 1) * chunk),
+                                            rest[owners == j]]), dtype=torch.long)
+            for j in range(num_clients)]

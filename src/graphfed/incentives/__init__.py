@@ -1,0 +1,1 @@
+"""Incentive mechanisms shared by the fairness/incentive algorithms (FGFL and its baselines)."""
