@@ -54,6 +54,13 @@ def _federation(*overrides):
     return config, build_federation(config, config.seed)
 
 
+def _wrap_client_fit(monkeypatch, runtime, behaviour):
+    """Replace the client's fit by ``behaviour(honest_fit, message, ctx)``."""
+    honest_fit = runtime.client.fit
+    monkeypatch.setattr(runtime.client, "fit",
+                        lambda message, ctx: behaviour(honest_fit, message, ctx))
+
+
 @require("Cora")
 def test_round_bytes_equal_the_model_size_both_ways():
     _, fed = _federation("client_fraction=0.5")
@@ -81,9 +88,8 @@ def test_fedavg_server_holds_the_weighted_average_of_replies():
 def test_a_malformed_reply_is_dropped_and_never_aggregated(monkeypatch):
     _, fed = _federation()
     runtime = fed.runtime
-    honest_fit = runtime.client.fit
 
-    def faulty_fit(message, ctx):
+    def poison_client_2(honest_fit, message, ctx):
         reply = honest_fit(message, ctx)
         if ctx.client_id == 2:
             name = next(iter(reply.tensors))
@@ -96,7 +102,7 @@ def test_a_malformed_reply_is_dropped_and_never_aggregated(monkeypatch):
         captured.update(valid)
         return type(runtime.server).aggregate_fit(runtime.server, rnd, valid)
 
-    monkeypatch.setattr(runtime.client, "fit", faulty_fit)
+    _wrap_client_fit(monkeypatch, runtime, poison_client_2)
     monkeypatch.setattr(runtime.server, "aggregate_fit", spy)
     record = runtime.fit_round(1)
     assert "NaN" in record.dropped[2]
@@ -128,14 +134,13 @@ def test_a_failing_client_is_dropped_and_the_round_goes_on(monkeypatch):
 
     _, fed = _federation()
     runtime = fed.runtime
-    honest_fit = runtime.client.fit
 
-    def crash_on_client_1(message, ctx):
+    def crash_on_client_1(honest_fit, message, ctx):
         if ctx.client_id == 1:
             raise OSError("disk on fire")
         return honest_fit(message, ctx)
 
-    monkeypatch.setattr(runtime.client, "fit", crash_on_client_1)
+    _wrap_client_fit(monkeypatch, runtime, crash_on_client_1)
     record = runtime.fit_round(1)
     assert record.answered == [0, 2, 3]
     assert record.dropped == {1: "OSError: disk on fire"}

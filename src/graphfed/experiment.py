@@ -79,11 +79,10 @@ class Federation:
     def fit_round(self, rnd: int) -> dict:
         start = time.perf_counter()
         record = self.runtime.fit_round(rnd)
-        line = {"round": rnd, "sampled": record.sampled, "answered": record.answered,
+        return {"round": rnd, "sampled": record.sampled, "answered": record.answered,
                 "dropped": record.dropped, "bytes_up": record.bytes_up,
                 "bytes_down": record.bytes_down, "train_loss": record.train_loss,
                 "train_seconds": time.perf_counter() - start}
-        return line
 
     def evaluate(self, rnd: int) -> dict:
         start = time.perf_counter()

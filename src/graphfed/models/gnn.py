@@ -46,8 +46,7 @@ def _conv(name: str, d_in: int, d_out: int, opts: ModelOptions, last: bool) -> n
         return SAGEConv(d_in, d_out)
     if name == "gat":
         heads = 1 if last else opts.heads
-        return GATConv(d_in, d_out // heads if not last else d_out, heads=heads,
-                       dropout=opts.dropout)
+        return GATConv(d_in, d_out // heads, heads=heads, dropout=opts.dropout)
     if name == "gin":
         mlp = nn.Sequential(nn.Linear(d_in, d_out), nn.ReLU(), nn.Linear(d_out, d_out))
         return GINConv(mlp, eps=0.0, train_eps=False)

@@ -86,7 +86,7 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self, params: Params, data: PreparedClient,
-                 splits: tuple[str, ...] = ("train", "val", "test")) -> dict[str, dict]:
+                 splits: tuple[str, ...] = ("val", "test")) -> dict[str, dict]:
         """Per split: accuracy, mean loss, micro/macro F1 and the sample count."""
         self.model.eval()
         outputs = data.outputs(self.model, _call(self.model, params), splits)

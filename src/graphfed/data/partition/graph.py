@@ -6,6 +6,8 @@ import numpy as np
 import torch
 from torch_geometric.utils import to_undirected
 
+from graphfed.errors import GraphfedError
+
 
 def flip_edges(edge_index: torch.Tensor, num_nodes: int, ratio: float,
                rng: np.random.Generator) -> torch.Tensor:
@@ -39,8 +41,6 @@ def gcfl_chunk_split(num_items: int, num_clients: int, chunk: int,
     """GCFL's one-dataset assignment (as FGFL's code inherits it): client j first takes the
     consecutive items [chunk*j, chunk*(j+1)) in dataset order, then every remaining item goes to
     a client drawn uniformly at random. TU files are sorted by class, so this skews labels."""
-    from graphfed.errors import GraphfedError
-
     if num_clients * chunk > num_items:
         raise GraphfedError(
             f"gcfl_chunk partition: {num_clients} clients x chunk {chunk} exceeds the "
