@@ -76,13 +76,25 @@ class Federation:
     runtime: Runtime
     global_test: PreparedClient | None
 
-    def fit_round(self, rnd: int) -> dict:
-        start = time.perf_counter()
-        record = self.runtime.fit_round(rnd)
-        return {"round": rnd, "sampled": record.sampled, "answered": record.answered,
+    def _line(self, record, start: float) -> dict:
+        line = {"round": record.round, "sampled": record.sampled, "answered": record.answered,
                 "dropped": record.dropped, "bytes_up": record.bytes_up,
                 "bytes_down": record.bytes_down, "train_loss": record.train_loss,
                 "train_seconds": time.perf_counter() - start}
+        server = self.runtime.server.round_metrics()
+        if server:
+            line["server"] = server
+        return line
+
+    def setup(self) -> dict | None:
+        """The algorithm's exchange before round 1 (round 0 of metrics.jsonl), if any."""
+        start = time.perf_counter()
+        record = self.runtime.setup_round()
+        return None if record is None else self._line(record, start)
+
+    def fit_round(self, rnd: int) -> dict:
+        start = time.perf_counter()
+        return self._line(self.runtime.fit_round(rnd), start)
 
     def evaluate(self, rnd: int) -> dict:
         start = time.perf_counter()
@@ -118,9 +130,10 @@ def build_federation(config: ExperimentConfig, seed: int) -> Federation:
     device = resolve_device(config.device)
     data = federated_data(config, seed)
     seed_everything(seed)
-    model = build_model(data.level, data.num_features, data.num_classes, config.model).to(device)
-    trainer = Trainer(model, config.optimizer, data.num_classes)
     algorithm = get_algorithm(config.algorithm)
+    make_model = algorithm.model or build_model
+    model = make_model(data.level, data.num_features, data.num_classes, config.model).to(device)
+    trainer = Trainer(model, config.optimizer, data.num_classes)
     setup = Setup(level=data.level, num_clients=data.num_clients, num_classes=data.num_classes,
                   initial_params=trainer.initial_params(),
                   options=config.algorithm_options(), local_epochs=config.local_epochs,
@@ -199,6 +212,10 @@ def run_seed(fed: Federation, seed_dir: Path, progress: RoundProgress | None = N
     metrics_path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     clock = time.perf_counter()
     with metrics_path.open("a") as out:
+        setup_line = fed.setup() if start_round == 1 else None
+        if setup_line is not None:
+            out.write(json.dumps(setup_line) + "\n")
+            lines.append(setup_line)
         for rnd in range(start_round, config.rounds + 1):
             line = fed.fit_round(rnd)
             if rnd % config.eval_every == 0 or rnd == config.rounds:
@@ -225,7 +242,8 @@ def seed_summary(fed: Federation, lines: list[dict], seconds: float) -> dict:
     down = sum(line["bytes_down"] for line in lines)
     final.update(bytes_up=up, bytes_down=down, bytes_total=up + down)
     return {"seed": fed.seed, "partition_id": fed.data.partition_id, "final": final,
-            "clients": last_eval["clients"], "rounds": len(lines), "seconds": seconds,
+            "clients": last_eval["clients"], "rounds": sum(line["round"] > 0 for line in lines),
+            "seconds": seconds,
             "train_seconds": sum(line["train_seconds"] for line in lines),
             "eval_seconds": sum(line.get("eval_seconds", 0.0) for line in lines)}
 

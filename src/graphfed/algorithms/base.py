@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from pydantic import BaseModel, ConfigDict
-from torch import Tensor
+from torch import Tensor, nn
 
 from graphfed.errors import GraphfedError
 from graphfed.training import Params, PreparedClient, Trainer
@@ -113,6 +114,18 @@ class Server(ABC):
     def __init__(self, setup: Setup):
         self.setup = setup
 
+    def configure_setup(self, clients: list[int]) -> dict[int, Message]:
+        """Messages of a one-off exchange before round 1 (e.g. vocabularies, statistics).
+
+        Empty (the default) means the algorithm has no setup phase."""
+        return {}
+
+    def setup_reply_spec(self, client: int) -> tuple[TensorSpec | None, tuple[str, ...]]:
+        return None, ()
+
+    def aggregate_setup(self, replies: dict[int, Message]) -> None:
+        return None
+
     @abstractmethod
     def configure_fit(self, rnd: int, clients: list[int]) -> dict[int, Message]:
         """The message each sampled client receives this round."""
@@ -132,6 +145,10 @@ class Server(ABC):
         """The global model, if the algorithm has one (evaluated on the global test set)."""
         return None
 
+    def round_metrics(self) -> dict[str, Any]:
+        """Server-side quantities of the last round worth recording (values, payoffs, ...)."""
+        return {}
+
     def state_dict(self) -> dict[str, Any]:
         return {}
 
@@ -146,6 +163,10 @@ class Client(ABC):
         self.setup = setup
         self.options = setup.options
 
+    def setup(self, message: Message, ctx: ClientContext) -> Message:
+        """Answer the server's setup message (only called when the server has a setup phase)."""
+        return Message()
+
     @abstractmethod
     def fit(self, message: Message, ctx: ClientContext) -> Message:
         """Local work on the client's own data; returns the reply to the server."""
@@ -153,6 +174,9 @@ class Client(ABC):
     @abstractmethod
     def evaluate(self, message: Message, ctx: ClientContext) -> dict[str, dict]:
         """Metrics per split of the model this client would deploy."""
+
+
+ModelFactory = Callable[[str, int, int, Any], nn.Module]  # level, in_dim, classes, ModelOptions
 
 
 @dataclass(frozen=True)
@@ -163,19 +187,25 @@ class Algorithm:
     options: type[AlgorithmOptions]
     levels: tuple[str, ...] = ("node", "graph")
     description: str = ""
+    model: ModelFactory | None = None  # a method-defined network instead of config.model
+    aliases: tuple[str, ...] = ()
 
 
 REGISTRY: dict[str, Algorithm] = {}
+ALIASES: dict[str, str] = {}
 
 
 def register(algorithm: Algorithm) -> Algorithm:
     REGISTRY[algorithm.name] = algorithm
+    for alias in algorithm.aliases:
+        ALIASES[alias] = algorithm.name
     return algorithm
 
 
 def get_algorithm(name: str) -> Algorithm:
     import graphfed.algorithms  # noqa: F401  (registers the built-in algorithms)
 
+    name = ALIASES.get(name, name)
     if name not in REGISTRY:
         raise GraphfedError(
             f"unknown algorithm '{name}'; available: {', '.join(sorted(REGISTRY))}")

@@ -53,18 +53,23 @@ class Runtime(ABC):
         """Send fit messages; return the replies received and the clients that failed (why)."""
 
     @abstractmethod
+    def deliver_setup(self, messages: dict[int, Message]
+                      ) -> tuple[dict[int, Message], dict[int, str]]:
+        """Send setup messages; return the replies received and the clients that failed."""
+
+    @abstractmethod
     def deliver_evaluate(self, rnd: int, messages: dict[int, Message]) -> dict[int, dict]:
         """Send evaluate messages; return each answering client's metrics per split."""
 
-    def fit_round(self, rnd: int) -> RoundRecord:
-        sampled = self.sample_clients()
-        messages = self.server.configure_fit(rnd, sampled)
+    def _exchange(self, rnd: int, sampled: list[int], messages: dict[int, Message],
+                  deliver, reply_spec) -> tuple[RoundRecord, dict[int, Message]]:
+        """Deliver ``messages``, keep the replies that pass the boundary check."""
         for client, message in messages.items():
             check_message(message, sender=f"server -> client {client}")
-        replies, dropped = self.deliver_fit(rnd, messages)
+        replies, dropped = deliver(messages)
         valid = {}
         for client, reply in replies.items():
-            expected, scalars = self.server.reply_spec(client)
+            expected, scalars = reply_spec(client)
             try:
                 check_message(reply, expected, scalars, sender=f"client {client}")
             except MessageError as e:
@@ -75,14 +80,33 @@ class Runtime(ABC):
         if messages and not valid:
             reasons = "; ".join(f"client {c}: {why}" for c, why in sorted(dropped.items()))
             raise RoundFailed(f"round {rnd}: no client returned a valid reply ({reasons})")
-        self.server.aggregate_fit(rnd, valid)
         losses = [float(m.scalars["train_loss"]) for m in valid.values()
                   if "train_loss" in m.scalars]
-        return RoundRecord(
+        record = RoundRecord(
             round=rnd, sampled=sampled, answered=sorted(valid), dropped=dropped,
             bytes_up=sum(m.nbytes for m in replies.values() if isinstance(m, Message)),
             bytes_down=sum(m.nbytes for m in messages.values()),
             train_loss=sum(losses) / len(losses) if losses else None)
+        return record, valid
+
+    def setup_round(self) -> RoundRecord | None:
+        """The algorithm's one-off exchange before round 1 (round 0), if it has one."""
+        everyone = list(range(self.num_clients))
+        messages = self.server.configure_setup(everyone)
+        if not messages:
+            return None
+        record, valid = self._exchange(0, everyone, messages, self.deliver_setup,
+                                       self.server.setup_reply_spec)
+        self.server.aggregate_setup(valid)
+        return record
+
+    def fit_round(self, rnd: int) -> RoundRecord:
+        sampled = self.sample_clients()
+        messages = self.server.configure_fit(rnd, sampled)
+        record, valid = self._exchange(rnd, sampled, messages,
+                                       lambda m: self.deliver_fit(rnd, m), self.server.reply_spec)
+        self.server.aggregate_fit(rnd, valid)
+        return record
 
     def evaluate_round(self, rnd: int) -> dict[int, dict]:
         messages = self.server.configure_evaluate(rnd, list(range(self.num_clients)))

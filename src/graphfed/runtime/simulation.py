@@ -19,15 +19,21 @@ class SimulationRuntime(Runtime):
         self.client = client
         self.contexts = contexts
 
-    def deliver_fit(self, rnd, messages):
+    def _ask(self, rnd, messages, answer):
         replies, failed = {}, {}
         for c, m in messages.items():
             try:
-                replies[c] = self.client.fit(_copy(m), self.contexts[c])
+                replies[c] = answer(_copy(m), self.contexts[c])
             except Exception as e:  # a failing client is dropped for the round, as on a network
                 log.warning("round %d: client %d failed: %r", rnd, c, e)
                 failed[c] = f"{type(e).__name__}: {e}"
         return replies, failed
+
+    def deliver_fit(self, rnd, messages):
+        return self._ask(rnd, messages, self.client.fit)
+
+    def deliver_setup(self, messages):
+        return self._ask(0, messages, self.client.setup)
 
     def deliver_evaluate(self, rnd, messages):
         return {c: self.client.evaluate(_copy(m), self.contexts[c]) for c, m in messages.items()}
