@@ -1,4 +1,4 @@
-"""The `graphfed` command line: run, report, datasets, partition.
+"""The `graphfed` command line: run, reproduce, report, datasets, partition.
 
 Bad input of any kind prints one readable line and exits with code 2, without a traceback.
 """
@@ -115,6 +115,48 @@ def report(
     target = plot or Path(run_dirs[0]) / "report.png"
     plot_curves(runs, target, metric)
     console.print(f"plot: {target}")
+
+
+@app.command()
+def reproduce(
+    name: Annotated[str | None, typer.Argument(help="preset, e.g. fgfl-table2 (--list shows all)")
+                    ] = None,
+    methods: Annotated[str | None, typer.Option(help="comma-separated method ids")] = None,
+    datasets: Annotated[str | None, typer.Option(help="comma-separated datasets")] = None,
+    seeds: Annotated[int | None, typer.Option(min=1, help="number of seeds (0..N-1)")] = None,
+    quick: Annotated[bool, typer.Option(help="fewer rounds and seeds")] = False,
+    out: Annotated[Path | None, typer.Option(help="output directory (default "
+                                             "runs/reproduce-NAME)")] = None,
+    list_presets: Annotated[bool, typer.Option("--list", help="list the presets")] = False,
+    quiet: Annotated[bool, typer.Option(help="no progress bars")] = False,
+) -> None:
+    """Reproduce a paper's table: run every cell, write table.csv/table.md beside the paper's."""
+    from graphfed.reproduce.preset import REGISTRY
+    from graphfed.reproduce.runner import get_preset
+    from graphfed.reproduce.runner import reproduce as run_preset
+
+    if list_presets or name is None:
+        get_preset("fgfl-table2")  # registers the built-in presets
+        for preset in REGISTRY.values():
+            console.print(f"[bold]{preset.name}[/]: {preset.description}")
+        return
+    def split(text):
+        return ([t.strip() for t in text.split(",") if t.strip()] if text else None)
+    try:
+        out_dir, rows, skipped = run_preset(name, split(methods), split(datasets), seeds, quick,
+                                            out, progress=not quiet)
+    except GraphfedError as e:
+        _fail(str(e))
+    table = Table(title=f"{name}: ours (mean ± std) beside the paper")
+    for col in ("method", "dataset", "metric", "ours", "paper"):
+        table.add_column(col)
+    for r in rows:
+        ours = "–" if r["ours_mean"] is None else f"{r['ours_mean']:.3f} ± {r['ours_std']:.3f}"
+        table.add_row(r["method"], r["dataset"], r["metric"], ours, r["paper"] or "")
+    console.print(table)
+    for reason in skipped:
+        errors.print(f"[yellow]skipped[/] {reason}", highlight=False)
+    console.print(f"tables: [bold]{out_dir / 'table.md'}[/], {out_dir / 'table.csv'}")
 
 
 @app.command()

@@ -1,6 +1,15 @@
 """Federated algorithms: one module each, registered by name."""
 
-from graphfed.algorithms import fedavg, fedprox, local  # noqa: F401  (register)
+from graphfed.algorithms import (  # noqa: F401  (register)
+    cgsv,
+    dw,
+    fedavg,
+    fedprox,
+    fedsage,
+    fgfl,
+    local,
+    rffl,
+)
 from graphfed.algorithms.base import (
     REGISTRY,
     Algorithm,

@@ -163,7 +163,7 @@ class Client(ABC):
         self.setup = setup
         self.options = setup.options
 
-    def setup(self, message: Message, ctx: ClientContext) -> Message:
+    def answer_setup(self, message: Message, ctx: ClientContext) -> Message:
         """Answer the server's setup message (only called when the server has a setup phase)."""
         return Message()
 

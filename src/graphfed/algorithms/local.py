@@ -37,4 +37,5 @@ class LocalClient(Client):
 
 
 LOCAL = register(Algorithm("local", LocalServer, LocalClient, LocalOptions,
+                           aliases=("self-train",),
                            description="each client trains alone (self-train)"))

@@ -74,3 +74,37 @@ PAYOFF_BASELINES = {
     "union": union_payoff,
     "shapley": shapley_payoff,
 }
+
+
+def fgfl_payoff(values: Sequence[float], past_mean: Sequence[float] | None,
+                budget: float = 1.0) -> list[float]:
+    """FGFL's per-round payoff (Eqs. 5-7): r_i plus the delayed-contribution compensation
+    mu_i = max(r_i - mean of r_i over earlier rounds, 0) (mu = 0 in round 1), except that a negative
+    value is paid as is (punishment); then scaled to sum to ``budget``. When the payoffs do not
+    sum to a positive number they are returned unscaled."""
+    mu = ([0.0] * len(values) if past_mean is None
+          else [max(r - m, 0.0) for r, m in zip(values, past_mean, strict=True)])
+    pay = [r if r < 0 else r + u for r, u in zip(values, mu, strict=True)]
+    total = sum(pay)
+    return [p / total * budget for p in pay] if total > 0 else pay
+
+
+def gradient_shapley(updates, weights, aggregate) -> list[float]:
+    """Exact gradient-Shapley values (CGSV's definition): the utility of a coalition S is the cosine
+    between S's weighted aggregate and the full aggregate (0 for the empty coalition). FGFL's
+    alignment cos(u_i, u_N) approximates it; this is the 2^N reference for small N."""
+    import torch  # local: the volume baselines above need no torch
+
+    n = updates.shape[0]
+    w = weights.double()
+
+    def value(mask: int) -> float:
+        members = [i for i in range(n) if mask >> i & 1]
+        if not members:
+            return 0.0
+        sub = w[members] if w[members].sum() > 0 else torch.ones(len(members), dtype=w.dtype)
+        coalition = (sub.view(-1, 1) * updates[members].double()).sum(0) / sub.sum()
+        return float(torch.nn.functional.cosine_similarity(coalition, aggregate.double(), dim=0,
+                                                           eps=1e-10))
+
+    return shapley_values(n, value)

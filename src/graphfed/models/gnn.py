@@ -145,10 +145,12 @@ class GraphClassifier(nn.Module):
         return self.pool(x, batch, num_graphs)
 
     def forward(self, x: Tensor, edge_index: Tensor, batch: Tensor, num_graphs: int,
-                edge_weight: Tensor | None = None) -> Tensor:
+                edge_weight: Tensor | None = None, with_embedding: bool = False
+                ) -> Tensor | tuple[Tensor, Tensor]:
+        """Class logits; with ``with_embedding`` also the graph embeddings they came from."""
         h = self.embed(x, edge_index, batch, num_graphs, edge_weight)
-        h = F.dropout(F.relu(self.post(h)), self.opts.dropout, self.training)
-        return self.readout(h)
+        out = self.readout(F.dropout(F.relu(self.post(h)), self.opts.dropout, self.training))
+        return (out, h) if with_embedding else out
 
 
 def build_model(level: str, in_dim: int, num_classes: int, opts: ModelOptions) -> nn.Module:

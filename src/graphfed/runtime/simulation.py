@@ -33,7 +33,7 @@ class SimulationRuntime(Runtime):
         return self._ask(rnd, messages, self.client.fit)
 
     def deliver_setup(self, messages):
-        return self._ask(0, messages, self.client.setup)
+        return self._ask(0, messages, self.client.answer_setup)
 
     def deliver_evaluate(self, rnd, messages):
         return {c: self.client.evaluate(_copy(m), self.contexts[c]) for c, m in messages.items()}

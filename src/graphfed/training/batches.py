@@ -41,10 +41,11 @@ class GraphBatch:
     batch: Tensor
     num_graphs: int
     y: Tensor
+    ids: Tensor  # positions of these graphs in their split
 
-    def forward(self, model: nn.Module, call) -> Tensor:
+    def forward(self, model: nn.Module, call, **kwargs):
         return call(model, (self.x, self.edge_index, self.batch, self.num_graphs,
-                            self.edge_weight))
+                            self.edge_weight), kwargs)
 
     @property
     def targets(self) -> Tensor:
@@ -96,7 +97,7 @@ class _CollatedGraphs:
 
     def all(self) -> GraphBatch:
         return GraphBatch(self.x, self.edge_index, self.edge_weight, self.batch, self.num_graphs,
-                          self.y)
+                          self.y, torch.arange(self.num_graphs, device=self.batch.device))
 
     def take(self, graph_ids: Tensor) -> GraphBatch:
         keep_graph = torch.zeros(self.num_graphs, dtype=torch.bool, device=self.batch.device)
@@ -107,12 +108,14 @@ class _CollatedGraphs:
         new_graph = torch.cumsum(keep_graph, 0) - 1
         weight = self.edge_weight[keep_edge] if self.edge_weight is not None else None
         return GraphBatch(self.x[keep_node], new_node[self.edge_index[:, keep_edge]], weight,
-                          new_graph[self.batch[keep_node]], len(graph_ids), self.y[keep_graph])
+                          new_graph[self.batch[keep_node]], len(graph_ids), self.y[keep_graph],
+                          torch.nonzero(keep_graph).view(-1))
 
 
 class PreparedGraphClient:
     def __init__(self, client: GraphClient, model: nn.Module, device: torch.device):
         self.splits = {s: _CollatedGraphs(client.graphs[s], model, device) for s in SPLITS}
+        self.graphs = client.graphs  # the raw graphs, for structure statistics (e.g. motifs)
 
     def num_samples(self, split: str) -> int:
         return self.splits[split].num_graphs

@@ -17,10 +17,12 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from graphfed.metrics import classification_metrics
-from graphfed.training.batches import PreparedClient
+from graphfed.training.batches import GraphBatch, PreparedClient, PreparedGraphClient
 
 Params = dict[str, Tensor]
 ExtraLoss = Callable[[Params], Tensor]
+# (live params, the mini-batch, its graph embeddings) -> a loss term, for embedding regularisers
+BatchLoss = Callable[[Params, GraphBatch, Tensor], Tensor]
 
 
 class OptimizerOptions(BaseModel):
@@ -40,7 +42,7 @@ class TrainStats:
 
 
 def _call(model: nn.Module, params: Params) -> Callable:
-    return lambda m, args: functional_call(m, params, args)
+    return lambda m, args, kwargs=None: functional_call(m, params, args, kwargs)
 
 
 class Trainer:
@@ -62,8 +64,12 @@ class Trainer:
                                momentum=o.momentum)
 
     def train(self, params: Params, data: PreparedClient, epochs: int, batch_size: int | None,
-              extra_loss: ExtraLoss | None = None) -> tuple[Params, TrainStats]:
-        """Train from ``params`` (left untouched) for ``epochs`` on the train split."""
+              extra_loss: ExtraLoss | None = None, batch_loss: BatchLoss | None = None
+              ) -> tuple[Params, TrainStats]:
+        """Train from ``params`` (left untouched) for ``epochs`` on the train split.
+
+        ``extra_loss`` sees the live parameters (e.g. a proximal term); ``batch_loss`` also sees
+        the mini-batch and its graph embeddings (e.g. a prototype regulariser)."""
         live = {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
         optimizer = self._make_optimizer(list(live.values()))
         call = _call(self.model, live)
@@ -72,9 +78,14 @@ class Trainer:
         for _ in range(epochs):
             for batch in data.batches("train", batch_size, shuffle=True):
                 optimizer.zero_grad(set_to_none=True)
-                logits = batch.forward(self.model, call)
+                if batch_loss is None:
+                    logits = batch.forward(self.model, call)
+                else:
+                    logits, embedding = batch.forward(self.model, call, with_embedding=True)
                 loss = F.cross_entropy(logits, batch.targets)
                 objective = loss if extra_loss is None else loss + extra_loss(live)
+                if batch_loss is not None:
+                    objective = objective + batch_loss(live, batch, embedding)
                 objective.backward()
                 optimizer.step()
                 n = len(batch.targets)
@@ -92,3 +103,13 @@ class Trainer:
         outputs = data.outputs(self.model, _call(self.model, params), splits)
         return {s: classification_metrics(logits, target, self.num_classes)
                 for s, (logits, target) in outputs.items()}
+
+    def forward(self, params: Params, batch: GraphBatch, **kwargs):
+        """One differentiable forward pass of ``batch`` under ``params`` (current mode)."""
+        return batch.forward(self.model, _call(self.model, params), **kwargs)
+
+    @torch.no_grad()
+    def embed(self, params: Params, data: PreparedGraphClient, split: str = "train") -> Tensor:
+        """Graph embeddings of every graph of ``split`` (eval mode), in split order."""
+        self.model.eval()
+        return self.forward(params, data.splits[split].all(), with_embedding=True)[1]

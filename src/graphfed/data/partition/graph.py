@@ -50,3 +50,22 @@ def gcfl_chunk_split(num_items: int, num_clients: int, chunk: int,
     return [torch.as_tensor(np.concatenate([np.arange(j * chunk, (j + 1) * chunk),
                                             rest[owners == j]]), dtype=torch.long)
             for j in range(num_clients)]
+
+
+QUALITY_TIERS = {"low": (0.7, 1.0), "medium": (0.3, 0.7), "high": (0.0, 0.3)}
+
+
+def quality_tier_flips(num_clients: int, seed: int = 0
+                       ) -> tuple[list[float], dict[str, list[int]]]:
+    """FGFL's perturbed setting: 30% of agents 'low' quality (edge-flip ratio ~ U[0.7, 1)), 30%
+    'medium' (U[0.3, 0.7)), the rest 'high' (U[0, 0.3)); 3/3/4 for 10 agents. Returns the ratio
+    of each agent (in agent order: low first) and the agents of each group."""
+    rng = np.random.default_rng(seed)
+    low = medium = round(0.3 * num_clients)
+    sizes = {"low": low, "medium": medium, "high": num_clients - low - medium}
+    ratios: list[float] = []
+    groups: dict[str, list[int]] = {}
+    for name, (lo, hi) in QUALITY_TIERS.items():
+        groups[name] = list(range(len(ratios), len(ratios) + sizes[name]))
+        ratios.extend(round(float(r), 4) for r in rng.uniform(lo, hi, sizes[name]))
+    return ratios, groups

@@ -1,0 +1,184 @@
+"""The gradient-reward protocol CGSV, DW, EU, RFFL and FGFL share.
+
+Each agent keeps its own model, trains it, and uploads its (normalised) update. The server
+aggregates the updates by the agents' values, re-values every agent, and sends each agent back the
+aggregate sparsified to its value (``incentives.rewards``); the agent adds that reward to its
+model. The methods differ only in how values are computed (``revalue``) and weigh the aggregate
+(``aggregation_weights``), which subclasses override.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+from pydantic import Field
+from torch import Tensor
+
+from graphfed.algorithms.base import AlgorithmOptions, Message, Server, Setup
+from graphfed.algorithms.personal import PersonalClient
+from graphfed.algorithms.updates import (
+    NormalizeMode,
+    SharedScope,
+    add_flat,
+    delta,
+    normalize,
+    shared_names,
+)
+from graphfed.incentives.rewards import (
+    MaskMode,
+    RewardShape,
+    densify,
+    reward_counts,
+    sparsify,
+    value_weights,
+    weighted_sum,
+)
+from graphfed.training import Params
+
+
+class RewardOptions(AlgorithmOptions):
+    beta: float = Field(1.0, gt=0.0, description="reward sharpness in tanh(beta r) (Eq. 4)")
+    shared_params: SharedScope = Field(
+        "all", description="exchanged parameters: all, or the message-passing layers only")
+    normalize_update: NormalizeMode = Field(
+        "unit", description="uploaded update: unit norm (code), clipped to clip_bound, or raw")
+    clip_bound: float = Field(1.0, gt=0.0, description="norm bound of normalize_update=clip")
+    mask_mode: MaskMode = Field("all", description="top-k over the whole vector or per tensor")
+    sparsify_reward: bool = Field(True, description="false: every agent gets the full aggregate")
+    reward_apply: Literal["add_to_local", "reset_then_add"] = Field(
+        "add_to_local", description="add the reward to the trained model, or to the model the "
+        "round started from")
+    own_step: Literal["raw", "normalized"] = Field(
+        "raw", description="the agent keeps its raw local step, or its normalised update")
+
+
+class RewardServer(Server):
+    """Values, the value-weighted aggregate, per-agent sparse rewards and a global model that
+    accumulates the full aggregate (w_g <- w_g + u_N)."""
+
+    reward_shape: RewardShape = "tanh"
+
+    def __init__(self, setup: Setup):
+        super().__init__(setup)
+        self.names = shared_names(setup.initial_params, setup.options.shared_params)
+        self.tensor_sizes = [setup.initial_params[k].numel() for k in self.names]
+        self.dim = sum(self.tensor_sizes)
+        n = setup.num_clients
+        self.values = torch.full((n,), 1.0 / n, dtype=torch.float64)
+        self.params: Params = {k: v.clone() for k, v in setup.initial_params.items()}
+        self.rewards: dict[int, tuple[Tensor, Tensor]] = {}
+        self.data_sizes = torch.zeros(n, dtype=torch.float64)
+        self.last: dict[str, Any] = {}
+
+    # ------------------------------------------------------------ messages
+    def message_for(self, client: int) -> Message:
+        empty = (torch.empty(0, dtype=torch.int32), torch.empty(0))
+        index, value = self.rewards.get(client, empty)
+        return Message(tensors={"reward_index": index, "reward_value": value})
+
+    def configure_fit(self, rnd, clients):
+        return {c: self.message_for(c) for c in clients}
+
+    configure_evaluate = configure_fit
+
+    def reply_spec(self, client):
+        return {"update": ((self.dim,), torch.float32)}, ("num_samples",)
+
+    # ------------------------------------------------------------ method hooks
+    def aggregation_weights(self, clients: list[int]) -> Tensor:
+        """Weights of this round's aggregate: ReLU of the previous values (Eq. 13)."""
+        return value_weights(self.values[clients])
+
+    def revalue(self, rnd: int, clients: list[int], updates: Tensor, aggregate: Tensor,
+                alignment: Tensor) -> Tensor:
+        """New values of every agent (length N) after this round."""
+        raise NotImplementedError
+
+    def after_aggregate(self, rnd: int, clients: list[int], updates: Tensor,
+                        replies: dict[int, Message]) -> None:
+        """Method-specific bookkeeping once values are updated (payoffs, prototypes, ...)."""
+
+    # ------------------------------------------------------------ the round
+    def aggregate_fit(self, rnd, replies):
+        clients = sorted(replies)
+        updates = torch.stack([replies[c].tensors["update"].double() for c in clients])
+        for c in clients:
+            self.data_sizes[c] = float(replies[c].scalars["num_samples"])
+        weights = self.aggregation_weights(clients)
+        aggregate = weighted_sum(updates, weights)
+        alignment = torch.nn.functional.cosine_similarity(
+            updates, aggregate.view(1, -1).expand_as(updates), dim=1, eps=1e-10)
+        self.values = self.revalue(rnd, clients, updates, aggregate, alignment).double()
+        values = self.values[clients]
+        counts = (reward_counts(values, self.dim, self.setup.options.beta, self.reward_shape)
+                  if self.setup.options.sparsify_reward
+                  else torch.full((len(clients),), self.dim, dtype=torch.long))
+        aggregate32 = aggregate.float()
+        self.rewards = {c: sparsify(aggregate32, int(n), self.setup.options.mask_mode,
+                                    self.tensor_sizes) for c, n in zip(clients, counts.tolist(),
+                                                                       strict=True)}
+        self.params = add_flat(self.params, aggregate32, self.names)
+        self.last = {"clients": clients, "weights": weights.tolist(),
+                     "alignment": alignment.tolist(), "values": self.values.tolist(),
+                     "reward_components": counts.tolist(), "shared_dim": self.dim,
+                     "reward_bytes_dense": 4 * self.dim * len(clients)}
+        self.after_aggregate(rnd, clients, updates, replies)
+
+    def global_params(self):
+        return self.params
+
+    def round_metrics(self):
+        return self.last
+
+    def state_dict(self):
+        return {"values": self.values, "params": self.params, "rewards": self.rewards,
+                "data_sizes": self.data_sizes, "last": self.last}
+
+    def load_state_dict(self, state):
+        self.values, self.params = state["values"], state["params"]
+        self.rewards, self.data_sizes = state["rewards"], state["data_sizes"]
+        self.last = state["last"]
+
+
+class RewardClient(PersonalClient):
+    """Adds the received reward to its model, trains, uploads the normalised update."""
+
+    def __init__(self, setup: Setup):
+        super().__init__(setup)
+        self.names = shared_names(setup.initial_params, self.options.shared_params)
+        self.dim = sum(setup.initial_params[k].numel() for k in self.names)
+
+    def receive(self, params, message, ctx):
+        index = message.tensors.get("reward_index")
+        if index is None or index.numel() == 0:
+            return params
+        reward = densify(index, message.tensors["reward_value"], self.dim)
+        return add_flat(params, reward.to(params[self.names[0]].dtype), self.names)
+
+    def batch_loss(self, message: Message, ctx):
+        """An embedding regulariser for local training (FGFL's prototypes); none by default."""
+        return None
+
+    def upload(self, message: Message, ctx, trained: Params, update: Tensor) -> Message:
+        """The reply; subclasses add their own tensors (FGFL: prototypes)."""
+        return Message(tensors={"update": update.float()},
+                       scalars={"num_samples": ctx.data.num_samples("train")})
+
+    def fit(self, message, ctx):
+        start = self.current(message, ctx)
+        trained, stats = ctx.trainer.train(start, ctx.data, self.setup.local_epochs,
+                                           self.setup.batch_size,
+                                           batch_loss=self.batch_loss(message, ctx))
+        update = normalize(delta(trained, start, self.names), self.options.normalize_update,
+                           self.options.clip_bound)
+        if self.options.reward_apply == "reset_then_add":
+            ctx.state["params"] = start
+        elif self.options.own_step == "normalized":
+            ctx.state["params"] = add_flat(start, update.to(start[self.names[0]].dtype),
+                                           self.names)
+        else:
+            ctx.state["params"] = trained
+        reply = self.upload(message, ctx, trained, update)
+        reply.scalars["train_loss"] = stats.loss
+        return reply

@@ -1,0 +1,64 @@
+"""Figures of reproduced results, drawn from the table rows (so they show exactly the table)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+
+def grouped_bars(rows: list[dict], path: Path, groups: Sequence[str], title: str) -> Path:
+    """One bar group per method, one bar per quality group (``payoff_<group>`` rows)."""
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    fig, ax = plt.subplots(figsize=(1.6 * len(methods) + 2, 3.6))
+    width = 0.8 / len(groups)
+    for j, group in enumerate(groups):
+        means, stds = [], []
+        for m in methods:
+            row = next((r for r in rows if r["method"] == m
+                        and r["metric"] == f"payoff_{group}"), None)
+            means.append(row["ours_mean"] if row and row["ours_mean"] is not None else 0.0)
+            stds.append(row["ours_std"] if row and row["ours_std"] is not None else 0.0)
+        ax.bar([i + (j - (len(groups) - 1) / 2) * width for i in range(len(methods))], means,
+               width, yerr=stds, label=group, capsize=2)
+    ax.axhline(0, color="black", linewidth=0.6)
+    ax.set_xticks(range(len(methods)), methods)
+    ax.set_ylabel("payoff per round per agent")
+    ax.set_title(title, fontsize=9)
+    ax.legend(title="data quality", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def tradeoff_scatter(rows: list[dict], path: Path, title: str) -> Path:
+    """Personalised accuracy against gradient fairness, one series per method over ``[beta=b]``
+    variants, each point labelled with its beta."""
+    points: dict[str, list[tuple[float, float, str]]] = {}
+    for row in rows:
+        match = re.fullmatch(r"(.+)\[beta=(.+)\]", row["method"])
+        if not match or row["metric"] != "gradient_fairness" or row["ours_mean"] is None:
+            continue
+        acc = next((r["ours_mean"] for r in rows if r["method"] == row["method"]
+                    and r["metric"] == "personalized_acc"), None)
+        if acc is not None:
+            points.setdefault(match[1], []).append((row["ours_mean"], acc, match[2]))
+    fig, ax = plt.subplots(figsize=(5, 4))
+    for method, pts in points.items():
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=method)
+        for x, y, beta in pts:
+            ax.annotate(beta, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    ax.set_xlabel("model-gradient fairness (Pearson)")
+    ax.set_ylabel("personalised accuracy")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

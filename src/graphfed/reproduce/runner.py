@@ -1,0 +1,224 @@
+"""Run a preset's cells (method x dataset, all seeds), then write ours beside the paper's numbers.
+
+Each cell is an ordinary run directory under ``OUT/runs/<method>-<dataset>``; a finished cell with
+the same config is reused and an interrupted one resumed, so a long reproduction can be stopped and
+started again with the same command.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from graphfed.config import ConfigError, ExperimentConfig, load_config
+from graphfed.data.datasets import canonical_name, is_present
+from graphfed.errors import GraphfedError
+from graphfed.experiment import federated_data, resume_experiment, run_experiment
+from graphfed.incentives.payoff import PAYOFF_BASELINES
+from graphfed.metrics import mean_std, pearson
+from graphfed.reproduce.preset import REGISTRY, Preset, Variant
+
+COLUMNS = ("method", "dataset", "metric", "ours_mean", "ours_std", "paper")
+
+
+@dataclass
+class Cell:
+    variant: Variant
+    dataset: str
+    config: ExperimentConfig | None
+    run_dir: Path | None = None
+    summary: dict | None = None
+
+
+def get_preset(name: str) -> Preset:
+    import graphfed.reproduce.fgfl  # noqa: F401  (registers the FGFL presets)
+
+    if name not in REGISTRY:
+        raise GraphfedError(f"unknown preset '{name}'; available: {', '.join(sorted(REGISTRY))}")
+    return REGISTRY[name]
+
+
+def select(preset: Preset, methods: list[str] | None, datasets: list[str] | None
+           ) -> tuple[list[Variant], list[str]]:
+    """The variants and datasets to run; the fairness reference joins whenever it is needed."""
+    known = {v.method: v for v in preset.variants}
+    if methods:
+        unknown = [m for m in methods if m not in known]
+        if unknown:
+            raise GraphfedError(f"preset {preset.name} has no method(s) {unknown}; "
+                                f"available: {', '.join(known)}")
+        chosen = [known[m] for m in methods]
+    else:
+        chosen = list(preset.variants)
+    if "gradient_fairness" in preset.metrics and preset.reference in known \
+            and known[preset.reference] not in chosen:
+        chosen.insert(0, known[preset.reference])
+    wanted = [canonical_name(d) for d in datasets] if datasets else preset.datasets
+    unknown = [d for d in wanted if d not in preset.datasets]
+    if unknown:
+        raise GraphfedError(f"preset {preset.name} covers {', '.join(preset.datasets)}, "
+                            f"not {unknown}")
+    return chosen, wanted
+
+
+def cell_config(preset: Preset, variant: Variant, dataset: str, seeds: list[int],
+                quick: bool) -> ExperimentConfig:
+    overrides = [*preset.base, f"dataset={dataset}", *preset.dataset_overrides.get(dataset, []),
+                 f"algorithm={variant.algorithm or 'local'}", *variant.overrides,
+                 *(preset.quick if quick else []), f"seeds={seeds}",
+                 f"name={variant.method}-{dataset}"]
+    return load_config(None, overrides)
+
+
+def run_cell(cell: Cell, runs: Path, progress: bool) -> None:
+    """Reuse a finished run of this exact config, resume an interrupted one, or start it."""
+    path = runs / cell.config.name
+    same = (path / "config.yaml").is_file() and yaml.safe_load(
+        (path / "config.yaml").read_text()) == cell.config.to_dict()
+    if same and (path / "summary.json").is_file():
+        cell.run_dir, cell.summary = path, json.loads((path / "summary.json").read_text())
+    elif same:
+        cell.run_dir, cell.summary = resume_experiment(path, progress=progress)
+    else:
+        if path.exists():
+            shutil.rmtree(path)
+        cell.run_dir, cell.summary = run_experiment(cell.config, runs, progress=progress)
+
+
+# ------------------------------------------------------------------ metrics
+
+def _seed_clients(cell: Cell, seed: int) -> list[dict]:
+    return json.loads((cell.run_dir / f"seed-{seed}" / "summary.json").read_text())["clients"]
+
+
+def fairness_vectors(reference: Cell, cell: Cell) -> dict[int, dict]:
+    """Per seed: both per-agent accuracy vectors and their Pearson correlation."""
+    out = {}
+    for seed in cell.summary["seeds"]:
+        alone = [c["test_acc"] for c in _seed_clients(reference, seed)]
+        together = [c["test_acc"] for c in _seed_clients(cell, seed)]
+        out[seed] = {"self_train": alone, "federated": together,
+                     "pearson": pearson(alone, together)}
+    return out
+
+
+def group_payoffs(preset: Preset, cell: Cell, seeds: list[int]) -> dict[str, list[float]]:
+    """Mean payoff per round per agent of each quality group, one value per seed."""
+    out: dict[str, list[float]] = {g: [] for g in preset.groups}
+    for seed in seeds:
+        per_agent = _payoff_per_agent(cell, seed)
+        for group, members in preset.groups.items():
+            out[group].append(sum(per_agent[c] for c in members) / len(members))
+    return out
+
+
+def _payoff_per_agent(cell: Cell, seed: int) -> list[float]:
+    if cell.variant.algorithm is None:  # a volume-based baseline: the same payoff every round
+        data = federated_data(cell.config, seed)
+        sizes = [c.num_samples("train") for c in data.clients]
+        return PAYOFF_BASELINES[cell.variant.method](sizes, 1.0)
+    lines = [json.loads(line) for line in
+             (cell.run_dir / f"seed-{seed}" / "metrics.jsonl").read_text().splitlines()]
+    rounds = [line["server"]["payoff"] for line in lines
+              if line["round"] > 0 and "payoff" in line.get("server", {})]
+    if not rounds:
+        raise GraphfedError(f"{cell.variant.method} records no payoff; it cannot fill a payoff "
+                            "table")
+    return [sum(r[c] for r in rounds) / len(rounds) for c in range(len(rounds[0]))]
+
+
+def cell_rows(preset: Preset, cell: Cell, reference: Cell | None, seeds: list[int],
+              vectors: dict) -> list[dict]:
+    rows = []
+    method, dataset = cell.variant.method, cell.dataset
+
+    def add(metric: str, values: list[float] | None) -> None:
+        paper = preset.paper.get((method, dataset, metric), "")
+        if values is None and not paper:
+            return
+        mean, std = mean_std(values) if values else (None, None)
+        rows.append({"method": method, "dataset": dataset, "metric": metric,
+                     "ours_mean": mean, "ours_std": std, "paper": paper})
+
+    over = cell.summary["over_seeds"] if cell.summary else {}
+    for metric in preset.metrics:
+        if metric == "personalized_acc" and "test_acc" in over:
+            add(metric, over["test_acc"]["values"])
+        elif metric == "global_acc":
+            add(metric, over["global_test_acc"]["values"] if "global_test_acc" in over
+                else None)
+        elif metric == "gradient_fairness" and reference is not None and cell is not reference:
+            pairs = fairness_vectors(reference, cell)
+            vectors[f"{method}/{dataset}"] = pairs
+            add(metric, [p["pearson"] for p in pairs.values()])
+        elif metric.startswith("payoff_"):
+            payoffs = group_payoffs(preset, cell, seeds)
+            add(metric, payoffs[metric.removeprefix("payoff_")])
+    return rows
+
+
+# ------------------------------------------------------------------ output
+
+def _fmt(value: float | None) -> str:
+    return "" if value is None else f"{value:.3f}"
+
+
+def write_tables(rows: list[dict], out: Path, title: str, notes: str) -> None:
+    with (out / "table.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({**row, "ours_mean": _fmt(row["ours_mean"]),
+                             "ours_std": _fmt(row["ours_std"])})
+    lines = [f"# {title}", "", "| method | dataset | metric | ours | paper |",
+             "|---|---|---|---|---|"]
+    for row in rows:
+        ours = ("–" if row["ours_mean"] is None
+                else f"{row['ours_mean']:.3f} ± {row['ours_std']:.3f}")
+        lines.append(f"| {row['method']} | {row['dataset']} | {row['metric']} | {ours} | "
+                     f"{row['paper'] or ''} |")
+    if notes:
+        lines += ["", notes]
+    (out / "table.md").write_text("\n".join(lines) + "\n")
+
+
+def reproduce(name: str, methods: list[str] | None = None, datasets: list[str] | None = None,
+              seeds: int | None = None, quick: bool = False, out: Path | None = None,
+              progress: bool = True) -> tuple[Path, list[dict], list[str]]:
+    """Run preset ``name``; returns the output directory, the table rows and what was skipped."""
+    preset = get_preset(name)
+    variants, wanted = select(preset, methods, datasets)
+    count = seeds or (preset.quick_seeds if quick else preset.seeds)
+    seed_list = list(range(count))
+    out = Path(out or Path("runs") / f"reproduce-{name}{'-quick' if quick else ''}")
+    runs = out / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    skipped = [f"{d}: dataset files not present under GRAPHFED_DATA" for d in wanted
+               if not is_present(d)]
+    cells: list[Cell] = []
+    try:
+        for dataset in (d for d in wanted if is_present(d)):
+            for variant in variants:
+                cell = Cell(variant, dataset, cell_config(preset, variant, dataset, seed_list,
+                                                          quick))
+                if variant.algorithm is not None:
+                    run_cell(cell, runs, progress)
+                cells.append(cell)
+    except ConfigError as e:
+        raise GraphfedError(f"preset {name}: {e}") from None
+    rows, vectors = [], {}
+    for cell in cells:
+        reference = next((c for c in cells if c.dataset == cell.dataset
+                          and c.variant.method == preset.reference), None)
+        rows.extend(cell_rows(preset, cell, reference, seed_list, vectors))
+    title = f"{name}: {preset.description} ({count} seeds{', quick' if quick else ''})"
+    write_tables(rows, out, title, preset.notes)
+    (out / "vectors.json").write_text(json.dumps(vectors, indent=1))
+    for figure in preset.figures:
+        figure(rows, out)
+    return out, rows, skipped

@@ -1,0 +1,221 @@
+"""FGFL and the gradient-reward mechanism it shares with CGSV, DW, EU and RFFL."""
+
+import pytest
+import torch
+from torch_geometric.data import Data
+
+from graphfed.algorithms.base import Message, Setup
+from graphfed.algorithms.fgfl import FGFLOptions, FGFLServer
+from graphfed.config import load_config
+from graphfed.data.motifs import (
+    BOND,
+    RING,
+    build_vocabulary,
+    decode_keys,
+    encode_keys,
+    graph_motifs,
+    ring_key,
+)
+from graphfed.experiment import build_federation, run_experiment
+from graphfed.incentives.payoff import fgfl_payoff, gradient_shapley
+from graphfed.incentives.rewards import densify, reward_counts, sparsify, value_weights
+from tests.conftest import require
+
+FGFL_PROTOCOL = ["dataset=PROTEINS", "algorithm=fgfl", "model=gin", "partition=gcfl_chunk",
+                 "partition.global_test=0.1", "partition.split=[0.9,0.0,0.1]", "num_clients=10",
+                 "batch_size=128", "optimizer.lr=0.001", "device=cpu"]
+
+
+# ------------------------------------------------------------------ mechanism
+
+def test_value_weights_sum_to_one_and_exclude_non_positive_values():
+    w = value_weights(torch.tensor([0.5, -0.2, 0.0, 0.3]))
+    assert float(w.sum()) == pytest.approx(1.0)
+    assert w[1] == 0 and w[2] == 0
+    assert float(w[0] / w[3]) == pytest.approx(0.5 / 0.3)
+
+
+def test_value_weights_fall_back_to_uniform_when_no_value_is_positive():
+    assert value_weights(torch.tensor([-1.0, 0.0])).tolist() == [0.5, 0.5]
+
+
+def test_reward_counts_follow_eq4():
+    values = torch.tensor([0.4, 0.2, -0.1, 0.0])
+    counts = reward_counts(values, 1000, beta=1.0)
+    expected = int(1000 * torch.tanh(torch.tensor(0.2, dtype=torch.float64))
+                   / torch.tanh(torch.tensor(0.4, dtype=torch.float64)))
+    assert counts.tolist() == [1000, expected, 0, 0]
+    assert reward_counts(values, 1000, shape="linear").tolist() == [1000, 500, 0, 0]
+
+
+def test_sparsify_keeps_exactly_the_largest_magnitudes_even_on_ties():
+    v = torch.tensor([0.1, -3.0, 2.0, 2.0, 2.0, 0.0])
+    index, value = sparsify(v, 3)
+    assert index.dtype == torch.int32 and len(index) == 3
+    assert 1 in index.tolist()
+    dense = densify(index, value, 6)
+    assert int((dense != 0).sum()) == 3 and float(dense[1]) == -3.0
+    layer_index, _ = sparsify(torch.arange(1.0, 11.0), 5, "layer", [4, 6])
+    assert layer_index.tolist() == [2, 3, 7, 8, 9]  # ceil(0.5*4)=2 of the first, 3 of the second
+
+
+# ------------------------------------------------------------------ server valuation
+
+def _server(n=4, dim=20, **options):
+    params = {"w": torch.zeros(dim)}
+    setup = Setup(level="graph", num_clients=n, num_classes=2, initial_params=params,
+                  options=FGFLOptions(use_prototypes=False, **options))
+    return FGFLServer(setup)
+
+
+def _round(server, rnd, updates):
+    replies = {c: Message({"update": u.float()}, {"num_samples": 10})
+               for c, u in enumerate(updates)}
+    server.aggregate_fit(rnd, replies)
+    return server.round_metrics()
+
+
+def test_an_agent_sending_the_opposite_of_the_aggregate_ends_with_no_reward():
+    torch.manual_seed(0)
+    server = _server()
+    direction = torch.randn(20)
+    direction /= direction.norm()
+    for rnd in range(1, 9):
+        honest = [direction + 0.05 * torch.randn(20) for _ in range(3)]
+        honest = [u / u.norm() for u in honest]
+        metrics = _round(server, rnd, [*honest, -direction])
+        assert metrics["alignment"][3] < -0.95
+    assert metrics["values"][3] < 0
+    assert metrics["reward_components"][3] == 0
+    assert max(metrics["reward_components"]) == 20  # the top agent gets all D components
+    assert len(server.message_for(3).tensors["reward_index"]) == 0
+    top = max(range(4), key=lambda c: metrics["values"][c])
+    assert len(server.message_for(top).tensors["reward_index"]) == 20
+    assert sum(metrics["weights"]) == pytest.approx(1.0)
+
+
+def test_values_add_diversity_and_are_normalised():
+    server = _server(n=2, dim=3)
+    server.diversity = torch.tensor([1.0, 0.5], dtype=torch.float64)
+    u = torch.tensor([1.0, 0.0, 0.0])
+    metrics = _round(server, 1, [u, u])
+    r0 = 0.5 + 0.05 * (1 + 1.0)
+    r1 = 0.5 + 0.05 * (1 + 0.5)
+    assert metrics["values"] == pytest.approx([r0 / (r0 + r1), r1 / (r0 + r1)])
+    assert sum(metrics["payoff"]) == pytest.approx(1.0)
+
+
+def test_payoffs_spend_the_budget_and_punish_negative_values():
+    pay = fgfl_payoff([0.5, 0.3, 0.2], past_mean=[0.4, 0.4, 0.4], budget=2.0)
+    assert sum(pay) == pytest.approx(2.0)
+    assert pay[0] > pay[1] > pay[2]
+    punished = fgfl_payoff([0.7, 0.5, -0.2], past_mean=None, budget=1.0)
+    assert punished[2] < 0 and sum(punished) == pytest.approx(1.0)
+
+
+def test_no_compensation_for_a_value_that_never_rises():
+    # mu = max(r - mean of past r, 0) = 0 for a falling value: payoff is r itself (scaled)
+    falling = fgfl_payoff([0.2, 0.8], past_mean=[0.3, 0.5], budget=1.0)
+    rising_mu = 0.8 - 0.5
+    assert falling == pytest.approx([0.2 / (0.2 + 0.8 + rising_mu),
+                                     (0.8 + rising_mu) / (0.2 + 0.8 + rising_mu)])
+
+
+def test_exact_gradient_shapley_agrees_in_sign_with_the_cosine_approximation():
+    torch.manual_seed(1)
+    base = torch.randn(50)
+    updates = torch.stack([base + 0.3 * torch.randn(50) for _ in range(4)] + [-base])
+    weights = torch.full((5,), 0.2, dtype=torch.float64)
+    aggregate = (weights.view(-1, 1) * updates.double()).sum(0)
+    shapley = gradient_shapley(updates, weights, aggregate)
+    cosines = torch.nn.functional.cosine_similarity(updates.double(), aggregate.view(1, -1))
+    assert [s > 0 for s in shapley] == [c > 0 for c in cosines.tolist()] == [True] * 4 + [False]
+    assert sum(shapley) == pytest.approx(1.0)  # efficiency: v(N) = cos(u_N, u_N) = 1
+
+
+# ------------------------------------------------------------------ motifs
+
+def _labelled_graph(labels, edges):
+    x = torch.nn.functional.one_hot(torch.tensor(labels), 5).float()
+    e = torch.tensor(edges).t()
+    return Data(x=x, edge_index=torch.cat([e, e.flip(0)], 1), num_nodes=len(labels))
+
+
+def test_ring_keys_ignore_rotation_and_reflection():
+    assert ring_key([3, 1, 2, 1]) == ring_key([1, 2, 1, 3]) == ring_key([1, 3, 1, 2])
+    assert ring_key([0, 1, 2]) != ring_key([0, 1, 1])
+
+
+def test_isomorphic_labelled_rings_in_different_orientations_get_equal_keys():
+    # a labelled 4-ring with a pendant bond, node ids permuted and the ring walked backwards
+    a = _labelled_graph([0, 1, 2, 3, 4], [(0, 1), (1, 2), (2, 3), (3, 0), (3, 4)])
+    b = _labelled_graph([4, 3, 2, 1, 0], [(1, 0), (3, 2), (2, 1), (3, 4), (4, 1)])
+    motifs_a, motifs_b = graph_motifs(a), graph_motifs(b)
+    assert motifs_a == motifs_b
+    assert motifs_a[(RING, 0, 1, 2, 3)] == 1 and motifs_a[(BOND, 3, 4)] == 1
+    assert sum(motifs_a.values()) == 2  # ring edges are not also bonds
+
+
+def test_rings_longer_than_four_are_bonds():
+    pentagon = _labelled_graph([0, 0, 0, 0, 0], [(0, 1), (1, 2), (2, 3), (3, 4), (4, 0)])
+    assert graph_motifs(pentagon) == {(BOND, 0, 0): 5}
+
+
+def test_key_encoding_round_trips():
+    keys = [(BOND, 0, 7), (RING, 1, 2, 3), (RING, 0, 0, 1, 1)]
+    assert decode_keys(encode_keys(keys)) == keys
+
+
+@require("PROTEINS")
+def test_vocabulary_is_deterministic_and_tfidf_filtered(proteins):
+    graphs = proteins.graphs[:60]
+    v1, v2 = build_vocabulary(graphs, 0.9), build_vocabulary(list(reversed(graphs)), 0.9)
+    everything = build_vocabulary(graphs, 1.0)
+    assert set(v1.keys) == set(v2.keys)
+    assert len(v1.keys) == int(0.9 * len(everything.keys))
+    assert v1.membership.shape == (60, len(v1.keys))
+    assert bool((v1.counts >= 1).all())
+
+
+# ------------------------------------------------------------------ end to end
+
+@require("PROTEINS")
+def test_fgfl_setup_exchange_and_sparse_reward_bytes():
+    config = load_config(None, [*FGFL_PROTOCOL, "rounds=2"])
+    fed = build_federation(config, 0)
+    setup = fed.setup()
+    assert setup["round"] == 0 and setup["bytes_up"] > 0
+    server = fed.runtime.server
+    assert float(server.diversity.min()) > 0 and float(server.diversity.max()) <= 1
+    fed.fit_round(1)
+    metrics = server.round_metrics()
+    messages = server.configure_fit(2, list(range(10)))
+    proto_bytes = [4 * server.codes[c].numel() * 64 for c in range(10)]
+    for c, message in messages.items():
+        n = metrics["reward_components"][c]
+        assert message.nbytes == 8 * n + proto_bytes[c]  # 4 B value + 4 B int32 index
+    assert metrics["reward_bytes_dense"] == 4 * 10 * metrics["shared_dim"]
+    line = fed.fit_round(2)
+    assert line["bytes_down"] == sum(m.nbytes for m in messages.values())
+
+
+@require("PROTEINS")
+def test_fgfl_run_resumes_exactly(tmp_path, monkeypatch):
+    from graphfed import experiment
+    from graphfed.experiment import resume_experiment
+
+    config = load_config(None, [*FGFL_PROTOCOL, "rounds=4", "checkpoint_every=2", "name=f"])
+    _, whole = run_experiment(config, tmp_path / "whole", progress=False)
+    original = experiment.Federation.fit_round
+
+    def crash(self, rnd):
+        if rnd == 3:
+            raise KeyboardInterrupt
+        return original(self, rnd)
+
+    monkeypatch.setattr(experiment.Federation, "fit_round", crash)
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(config, tmp_path / "cut", progress=False)
+    monkeypatch.setattr(experiment.Federation, "fit_round", original)
+    _, resumed = resume_experiment(tmp_path / "cut" / "f", progress=False)
+    assert resumed["final"] == whole["final"]
