@@ -6,6 +6,7 @@ from graphfed.algorithms import (  # noqa: F401  (register)
     fedavg,
     fedprox,
     fedsage,
+    fedstar,
     fgfl,
     local,
     rffl,
