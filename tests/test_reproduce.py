@@ -1,0 +1,66 @@
+"""`graphfed reproduce`: preset selection, the table contract, and a tiny real reproduction."""
+
+import csv
+
+import pytest
+from typer.testing import CliRunner
+
+from graphfed.cli import app
+from graphfed.errors import GraphfedError
+from graphfed.reproduce import get_preset, reproduce
+from graphfed.reproduce.runner import COLUMNS, select
+from tests.conftest import require
+
+
+def test_table2_carries_the_papers_numbers_and_leaves_missing_ones_out():
+    preset = get_preset("fgfl-table2")
+    assert preset.paper[("fgfl", "PROTEINS", "personalized_acc")] == "0.751±0.017"
+    assert preset.paper[("fedavg", "IMDB-BINARY", "gradient_fairness")] == "0.780±0.143"
+    assert ("gcfl", "DD", "global_acc") not in preset.paper
+    assert ("self-train", "DD", "gradient_fairness") not in preset.paper
+    assert len(preset.variants) == 12
+
+
+def test_fairness_reference_joins_a_method_selection():
+    variants, datasets = select(get_preset("fgfl-table2"), ["fgfl"], ["proteins"])
+    assert [v.method for v in variants] == ["self-train", "fgfl"]
+    assert datasets == ["PROTEINS"]
+
+
+def test_unknown_methods_and_datasets_are_named():
+    preset = get_preset("fgfl-table2")
+    with pytest.raises(GraphfedError, match="no method"):
+        select(preset, ["fgfl", "nope"], None)
+    with pytest.raises(GraphfedError, match="covers"):
+        select(preset, None, ["Cora"])
+
+
+def test_cli_rejects_an_unknown_preset():
+    result = CliRunner().invoke(app, ["reproduce", "fgfl-nope"])
+    assert result.exit_code == 2
+    assert "unknown preset" in result.output
+
+
+@require("PROTEINS")
+def test_tiny_payoff_reproduction_writes_the_table_contract(tmp_path, monkeypatch):
+    preset = get_preset("fgfl-payoff")
+    monkeypatch.setattr(preset, "quick", ["rounds=2", "eval_every=2"])
+    out, rows, skipped = reproduce("fgfl-payoff", methods=["fgfl", "equal", "shapley"], seeds=1,
+                                   quick=True, out=tmp_path / "r", progress=False)
+    assert not skipped
+    with (out / "table.csv").open() as f:
+        table = list(csv.DictReader(f))
+    assert tuple(table[0]) == COLUMNS
+    assert {(r["method"], r["metric"]) for r in table} == {
+        (m, f"payoff_{g}") for m in ("fgfl", "equal", "shapley") for g in preset.groups}
+    cells = {(r["method"], r["metric"]): r["ours_mean"] for r in rows}
+    assert cells[("equal", "payoff_low")] == pytest.approx(0.1, abs=1e-3)
+    group_sizes = {g: len(m) for g, m in preset.groups.items()}
+    for method in ("fgfl", "shapley"):  # per-round payoffs spend the budget B = 1
+        total = sum(cells[(method, f"payoff_{g}")] * n for g, n in group_sizes.items())
+        assert total == pytest.approx(1.0, abs=2e-3)
+    assert (out / "payoff.png").stat().st_size > 0 and (out / "table.md").is_file()
+    # a second call reuses the finished cell instead of training again
+    again, _, _ = reproduce("fgfl-payoff", methods=["fgfl"], seeds=1, quick=True,
+                            out=tmp_path / "r", progress=False)
+    assert len(list((again / "runs").iterdir())) == 1
