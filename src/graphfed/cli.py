@@ -132,7 +132,7 @@ def reproduce(
 ) -> None:
     """Reproduce a paper's table: run every cell, write table.csv/table.md beside the paper's."""
     from graphfed.reproduce.preset import REGISTRY
-    from graphfed.reproduce.runner import get_preset
+    from graphfed.reproduce.runner import format_ours, get_preset
     from graphfed.reproduce.runner import reproduce as run_preset
 
     if list_presets or name is None:
@@ -151,8 +151,7 @@ def reproduce(
     for col in ("method", "dataset", "metric", "ours", "paper"):
         table.add_column(col)
     for r in rows:
-        ours = "–" if r["ours_mean"] is None else f"{r['ours_mean']:.3f} ± {r['ours_std']:.3f}"
-        table.add_row(r["method"], r["dataset"], r["metric"], ours, r["paper"] or "")
+        table.add_row(r["method"], r["dataset"], r["metric"], format_ours(r), r["paper"] or "")
     console.print(table)
     for reason in skipped:
         errors.print(f"[yellow]skipped[/] {reason}", highlight=False)

@@ -112,15 +112,17 @@ def _payoff_figure(rows: list[dict], out: Path) -> Path:
 PAYOFF = register(Preset(
     name="fgfl-payoff",
     description="FGFL Fig. 3b: payoff per data-quality group in the perturbed setting",
-    variants=[Variant("fgfl", "fgfl")] + [Variant(m, None) for m in
-                                          ("equal", "individual", "union", "shapley")],
+    variants=[Variant("fgfl", "fgfl"),
+              Variant("fgfl[shared=convs]", "fgfl", ("fgfl.shared_params=convs",))] + [
+        Variant(m, None) for m in ("equal", "individual", "union", "shapley")],
     datasets=["PROTEINS"],
     metrics=("payoff_high", "payoff_medium", "payoff_low"),
     base=[*PROTOCOL, f"partition.edge_flip={FLIPS}"], quick=QUICK, groups=GROUPS,
     figures=[_payoff_figure],
     notes=f"Perturbed setting: agents {GROUPS['low']} low quality, {GROUPS['medium']} medium, "
           f"{GROUPS['high']} high; edge-flip ratios of their training graphs {FLIPS} (test "
-          "graphs clean). The paper gives this result as a figure only (no numbers)."))
+          "graphs clean). fgfl[shared=convs] exchanges only the GIN convolutions, as FGFL's "
+          "code does. The paper gives this result as a figure only (no numbers)."))
 
 BETAS = (0.5, 1.0, 1.5, 2.0)
 

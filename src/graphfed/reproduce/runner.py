@@ -165,7 +165,15 @@ def cell_rows(preset: Preset, cell: Cell, reference: Cell | None, seeds: list[in
 # ------------------------------------------------------------------ output
 
 def _fmt(value: float | None) -> str:
-    return "" if value is None else f"{value:.3f}"
+    return "" if value is None else f"{value:.4f}"
+
+
+def format_ours(row: dict) -> str:
+    """``mean ± std``; payoffs (shares of a budget of 1 over ~10 agents) get a fourth decimal."""
+    if row["ours_mean"] is None:
+        return "–"
+    d = 4 if row["metric"].startswith("payoff_") else 3
+    return f"{row['ours_mean']:.{d}f} ± {row['ours_std']:.{d}f}"
 
 
 def write_tables(rows: list[dict], out: Path, title: str, notes: str) -> None:
@@ -178,9 +186,8 @@ def write_tables(rows: list[dict], out: Path, title: str, notes: str) -> None:
     lines = [f"# {title}", "", "| method | dataset | metric | ours | paper |",
              "|---|---|---|---|---|"]
     for row in rows:
-        ours = ("–" if row["ours_mean"] is None
-                else f"{row['ours_mean']:.3f} ± {row['ours_std']:.3f}")
-        lines.append(f"| {row['method']} | {row['dataset']} | {row['metric']} | {ours} | "
+        lines.append(f"| {row['method']} | {row['dataset']} | {row['metric']} | "
+                     f"{format_ours(row)} | "
                      f"{row['paper'] or ''} |")
     if notes:
         lines += ["", notes]
