@@ -83,3 +83,26 @@ def test_fairness_measures():
     assert entropy([1, 0, 0, 0]) == pytest.approx(0.0)
     assert pearson([1, 2, 3], [2, 4, 6]) == pytest.approx(1.0)
     assert pearson([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+
+
+@require("PROTEINS")
+@pytest.mark.parametrize("persistent", [False, True])
+def test_a_persistent_optimizer_carries_adam_state_across_rounds(proteins, persistent):
+    from graphfed.training import Trainer, prepare_client
+    from graphfed.training.trainer import OptimizerOptions
+
+    data = materialize(proteins, build_partition(proteins, parse_partition({"name": "uniform"}),
+                                                 2, seed=0))
+    model = build_model("graph", proteins.num_features, 2, ModelOptions(name="gin", dropout=0.0))
+    trainer = Trainer(model, OptimizerOptions(lr=0.01, persistent=persistent), 2)
+    client = prepare_client(data.clients[0], model, torch.device("cpu"))
+    memory: dict = {}
+    start = trainer.initial_params()
+    once, _ = trainer.train(start, client, 1, None, memory=memory)
+    twice, _ = trainer.train(once, client, 1, None, memory=memory)
+    fresh, _ = trainer.train(once, client, 1, None)
+    assert ("optimizer" in memory) is persistent
+    if persistent:
+        assert all(int(s["step"]) == 2 for s in memory["optimizer"]["state"].values())
+    same = all(torch.allclose(twice[k], fresh[k]) for k in twice)
+    assert same is not persistent  # carried moments change the second step

@@ -167,6 +167,11 @@ class Client(ABC):
         """Answer the server's setup message (only called when the server has a setup phase)."""
         return Message()
 
+    def local_train(self, params: Params, ctx: ClientContext, extra_loss=None, batch_loss=None):
+        """The run's local epochs on the client's training data, from ``params``."""
+        return ctx.trainer.train(params, ctx.data, self.setup.local_epochs, self.setup.batch_size,
+                                 extra_loss, batch_loss, memory=ctx.state)
+
     @abstractmethod
     def fit(self, message: Message, ctx: ClientContext) -> Message:
         """Local work on the client's own data; returns the reply to the server."""

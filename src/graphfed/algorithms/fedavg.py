@@ -66,8 +66,7 @@ class FedAvgClient(Client):
         return None
 
     def fit(self, message, ctx: ClientContext):
-        params, stats = ctx.trainer.train(message.tensors, ctx.data, self.setup.local_epochs,
-                                          self.setup.batch_size, self.extra_loss(message.tensors))
+        params, stats = self.local_train(message.tensors, ctx, self.extra_loss(message.tensors))
         return Message(tensors=params, scalars={"num_samples": ctx.data.num_samples("train"),
                                                 "train_loss": stats.loss})
 

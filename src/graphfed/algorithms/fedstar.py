@@ -89,8 +89,7 @@ class FedStarClient(PersonalClient):
                 for k, v in params.items()}
 
     def fit(self, message, ctx):
-        trained, stats = ctx.trainer.train(self.current(message, ctx), ctx.data,
-                                           self.setup.local_epochs, self.setup.batch_size)
+        trained, stats = self.local_train(self.current(message, ctx), ctx)
         ctx.state["params"] = trained
         return Message(tensors={k: trained[k].float() for k in self.names},
                        scalars={"num_samples": ctx.data.num_samples("train"),

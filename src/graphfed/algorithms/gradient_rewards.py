@@ -167,9 +167,7 @@ class RewardClient(PersonalClient):
 
     def fit(self, message, ctx):
         start = self.current(message, ctx)
-        trained, stats = ctx.trainer.train(start, ctx.data, self.setup.local_epochs,
-                                           self.setup.batch_size,
-                                           batch_loss=self.batch_loss(message, ctx))
+        trained, stats = self.local_train(start, ctx, batch_loss=self.batch_loss(message, ctx))
         update = normalize(delta(trained, start, self.names), self.options.normalize_update,
                            self.options.clip_bound)
         if self.options.reward_apply == "reset_then_add":

@@ -28,8 +28,7 @@ class LocalClient(Client):
         return ctx.state.get("params", self.setup.initial_params)
 
     def fit(self, message, ctx):
-        ctx.state["params"], _ = ctx.trainer.train(self._params(ctx), ctx.data,
-                                                   self.setup.local_epochs, self.setup.batch_size)
+        ctx.state["params"], _ = self.local_train(self._params(ctx), ctx)
         return Message()
 
     def evaluate(self, message, ctx):

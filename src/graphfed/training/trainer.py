@@ -32,6 +32,9 @@ class OptimizerOptions(BaseModel):
     lr: float = Field(0.01, gt=0.0)
     weight_decay: float = Field(5e-4, ge=0.0)
     momentum: float = Field(0.0, ge=0.0, lt=1.0, description="SGD only")
+    persistent: bool = Field(
+        False, description="each client keeps its optimizer state (e.g. Adam moments) across "
+        "rounds, as the GCFL/FGFL/FedStar code bases do; false: a fresh optimizer every round")
 
 
 @dataclass
@@ -64,14 +67,18 @@ class Trainer:
                                momentum=o.momentum)
 
     def train(self, params: Params, data: PreparedClient, epochs: int, batch_size: int | None,
-              extra_loss: ExtraLoss | None = None, batch_loss: BatchLoss | None = None
-              ) -> tuple[Params, TrainStats]:
+              extra_loss: ExtraLoss | None = None, batch_loss: BatchLoss | None = None,
+              memory: dict | None = None) -> tuple[Params, TrainStats]:
         """Train from ``params`` (left untouched) for ``epochs`` on the train split.
 
         ``extra_loss`` sees the live parameters (e.g. a proximal term); ``batch_loss`` also sees
-        the mini-batch and its graph embeddings (e.g. a prototype regulariser)."""
+        the mini-batch and its graph embeddings (e.g. a prototype regulariser). With a persistent
+        optimizer its state is read from and written back to ``memory`` (the client's state)."""
         live = {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
         optimizer = self._make_optimizer(list(live.values()))
+        keep = self.optimizer.persistent and memory is not None
+        if keep and "optimizer" in memory:
+            optimizer.load_state_dict(memory["optimizer"])
         call = _call(self.model, live)
         self.model.train()
         total, steps, samples = 0.0, 0, 0
@@ -92,6 +99,8 @@ class Trainer:
                 total += float(loss.detach()) * n
                 steps += 1
                 samples += n
+        if keep:
+            memory["optimizer"] = optimizer.state_dict()
         trained = {k: v.detach() for k, v in live.items()}
         return trained, TrainStats(total / max(samples, 1), steps, samples)
 
