@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from graphfed.config import ConfigError, ExperimentConfig, load_config
+from graphfed.config import ConfigError, ExperimentConfig, build_config, load_config
 from graphfed.data.datasets import canonical_name, is_present
 from graphfed.errors import GraphfedError
 from graphfed.experiment import federated_data, resume_experiment, run_experiment
@@ -78,8 +78,7 @@ def cell_config(preset: Preset, variant: Variant, dataset: str, seeds: list[int]
 def run_cell(cell: Cell, runs: Path, progress: bool) -> None:
     """Reuse a finished run of this exact config, resume an interrupted one, or start it."""
     path = runs / cell.config.name
-    same = (path / "config.yaml").is_file() and yaml.safe_load(
-        (path / "config.yaml").read_text()) == cell.config.to_dict()
+    same = (path / "config.yaml").is_file() and _saved_config(path) == cell.config.to_dict()
     if same and (path / "summary.json").is_file():
         cell.run_dir, cell.summary = path, json.loads((path / "summary.json").read_text())
     elif same:
@@ -88,6 +87,14 @@ def run_cell(cell: Cell, runs: Path, progress: bool) -> None:
         if path.exists():
             shutil.rmtree(path)
         cell.run_dir, cell.summary = run_experiment(cell.config, runs, progress=progress)
+
+
+def _saved_config(path: Path) -> dict | None:
+    """A run's config as this version resolves it (new options take their defaults)."""
+    try:
+        return build_config(yaml.safe_load((path / "config.yaml").read_text())).to_dict()
+    except ConfigError:
+        return None
 
 
 # ------------------------------------------------------------------ metrics
