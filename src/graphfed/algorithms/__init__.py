@@ -8,6 +8,7 @@ from graphfed.algorithms import (  # noqa: F401  (register)
     fedsage,
     fedstar,
     fgfl,
+    gcfl,
     local,
     rffl,
 )
