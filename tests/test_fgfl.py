@@ -18,7 +18,14 @@ from graphfed.data.motifs import (
 )
 from graphfed.experiment import build_federation, run_experiment
 from graphfed.incentives.payoff import fgfl_payoff, gradient_shapley
-from graphfed.incentives.rewards import densify, reward_counts, sparsify, value_weights
+from graphfed.incentives.rewards import (
+    decode_sparse,
+    densify,
+    encode_sparse,
+    reward_counts,
+    sparsify,
+    value_weights,
+)
 from tests.conftest import require
 
 FGFL_PROTOCOL = ["dataset=PROTEINS", "algorithm=fgfl", "model=gin", "partition=gcfl_chunk",
@@ -46,6 +53,19 @@ def test_reward_counts_follow_eq4():
                    / torch.tanh(torch.tensor(0.4, dtype=torch.float64)))
     assert counts.tolist() == [1000, expected, 0, 0]
     assert reward_counts(values, 1000, shape="linear").tolist() == [1000, 500, 0, 0]
+
+
+@pytest.mark.parametrize("count", [0, 2, 40, 100])
+def test_sparse_rewards_round_trip_in_the_cheaper_encoding(count):
+    torch.manual_seed(0)
+    v = torch.randn(100)
+    index, value = sparsify(v, count)
+    tensors = encode_sparse(index, value, 100)
+    dense = decode_sparse(tensors, 100)
+    expected = densify(index, value, 100)
+    assert (dense is None) if count == 0 else torch.equal(dense, expected)
+    size = sum(t.numel() * t.element_size() for t in tensors.values())
+    assert size == min(8 * count, 13 + 4 * count)
 
 
 def test_sparsify_keeps_exactly_the_largest_magnitudes_even_on_ties():
@@ -88,9 +108,9 @@ def test_an_agent_sending_the_opposite_of_the_aggregate_ends_with_no_reward():
     assert metrics["values"][3] < 0
     assert metrics["reward_components"][3] == 0
     assert max(metrics["reward_components"]) == 20  # the top agent gets all D components
-    assert len(server.message_for(3).tensors["reward_index"]) == 0
+    assert decode_sparse(server.message_for(3).tensors, 20) is None
     top = max(range(4), key=lambda c: metrics["values"][c])
-    assert len(server.message_for(top).tensors["reward_index"]) == 20
+    assert int((decode_sparse(server.message_for(top).tensors, 20) != 0).sum()) == 20
     assert sum(metrics["weights"]) == pytest.approx(1.0)
 
 
@@ -191,9 +211,12 @@ def test_fgfl_setup_exchange_and_sparse_reward_bytes():
     metrics = server.round_metrics()
     messages = server.configure_fit(2, list(range(10)))
     proto_bytes = [4 * server.codes[c].numel() * 64 for c in range(10)]
+    dim = metrics["shared_dim"]
     for c, message in messages.items():
         n = metrics["reward_components"][c]
-        assert message.nbytes == 8 * n + proto_bytes[c]  # 4 B value + 4 B int32 index
+        # the cheaper of int32 indices + values and a D-bit mask + values
+        assert message.nbytes == min(8 * n, (dim + 7) // 8 + 4 * n) + proto_bytes[c]
+    assert metrics["reward_bytes"] == sum(m.nbytes for m in messages.values()) - sum(proto_bytes)
     assert metrics["reward_bytes_dense"] == 4 * 10 * metrics["shared_dim"]
     line = fed.fit_round(2)
     assert line["bytes_down"] == sum(m.nbytes for m in messages.values())
@@ -219,3 +242,5 @@ def test_fgfl_run_resumes_exactly(tmp_path, monkeypatch):
     monkeypatch.setattr(experiment.Federation, "fit_round", original)
     _, resumed = resume_experiment(tmp_path / "cut" / "f", progress=False)
     assert resumed["final"] == whole["final"]
+    final = whole["final"]  # sparse rewards save downlink against dense ones
+    assert final["bytes_down"] < final["bytes_down_dense_equivalent"]

@@ -241,6 +241,11 @@ def seed_summary(fed: Federation, lines: list[dict], seconds: float) -> dict:
     up = sum(line["bytes_up"] for line in lines)
     down = sum(line["bytes_down"] for line in lines)
     final.update(bytes_up=up, bytes_down=down, bytes_total=up + down)
+    rewards = [line["server"] for line in lines[:-1]
+               if "reward_components" in line.get("server", {})]
+    if rewards:  # sparse rewards of round t travel in round t+1: what dense ones would cost
+        final["bytes_down_dense_equivalent"] = down + sum(
+            r["reward_bytes_dense"] - r["reward_bytes"] for r in rewards)
     return {"seed": fed.seed, "partition_id": fed.data.partition_id, "final": final,
             "clients": last_eval["clients"], "rounds": sum(line["round"] > 0 for line in lines),
             "seconds": seconds,

@@ -28,7 +28,8 @@ from graphfed.algorithms.updates import (
 from graphfed.incentives.rewards import (
     MaskMode,
     RewardShape,
-    densify,
+    decode_sparse,
+    encode_sparse,
     reward_counts,
     sparsify,
     value_weights,
@@ -75,7 +76,7 @@ class RewardServer(Server):
     def message_for(self, client: int) -> Message:
         empty = (torch.empty(0, dtype=torch.int32), torch.empty(0))
         index, value = self.rewards.get(client, empty)
-        return Message(tensors={"reward_index": index, "reward_value": value})
+        return Message(tensors=encode_sparse(index, value, self.dim))
 
     def configure_fit(self, rnd, clients):
         return {c: self.message_for(c) for c in clients}
@@ -122,6 +123,8 @@ class RewardServer(Server):
         self.last = {"clients": clients, "weights": weights.tolist(),
                      "alignment": alignment.tolist(), "values": self.values.tolist(),
                      "reward_components": counts.tolist(), "shared_dim": self.dim,
+                     "reward_bytes": sum(Message(encode_sparse(*r, self.dim)).nbytes
+                                         for r in self.rewards.values()),
                      "reward_bytes_dense": 4 * self.dim * len(clients)}
         self.after_aggregate(rnd, clients, updates, replies)
 
@@ -150,10 +153,9 @@ class RewardClient(PersonalClient):
         self.dim = sum(setup.initial_params[k].numel() for k in self.names)
 
     def receive(self, params, message, ctx):
-        index = message.tensors.get("reward_index")
-        if index is None or index.numel() == 0:
+        reward = decode_sparse(message.tensors, self.dim)
+        if reward is None:
             return params
-        reward = densify(index, message.tensors["reward_value"], self.dim)
         return add_flat(params, reward.to(params[self.names[0]].dtype), self.names)
 
     def batch_loss(self, message: Message, ctx):

@@ -8,6 +8,7 @@ import logging
 import math
 from typing import Literal
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -78,3 +79,26 @@ def densify(index: Tensor, value: Tensor, dim: int) -> Tensor:
     out = torch.zeros(dim, dtype=value.dtype, device=value.device)
     out[index.long()] = value
     return out
+
+
+def encode_sparse(index: Tensor, value: Tensor, dim: int) -> dict[str, Tensor]:
+    """The cheaper wire form of a sparse vector: int32 indices + values (8 B per component), or
+    a D-bit mask + values (D/8 + 4 B per component) once more than ~D/32 components are kept."""
+    if 8 * len(index) <= (dim + 7) // 8 + 4 * len(index):
+        return {"reward_index": index.to(torch.int32), "reward_value": value}
+    mask = np.zeros(dim, dtype=bool)
+    mask[index.cpu().numpy()] = True
+    return {"reward_mask": torch.from_numpy(np.packbits(mask)), "reward_value": value}
+
+
+def decode_sparse(tensors: dict[str, Tensor], dim: int) -> Tensor | None:
+    """The dense vector of ``encode_sparse``'s output (None when the message carries none)."""
+    value = tensors.get("reward_value")
+    if value is None or value.numel() == 0:
+        return None
+    if "reward_mask" in tensors:
+        bits = np.unpackbits(tensors["reward_mask"].cpu().numpy(), count=dim).astype(bool)
+        index = torch.from_numpy(np.flatnonzero(bits))
+    else:
+        index = tensors["reward_index"]
+    return densify(index.to(value.device), value, dim)
