@@ -85,3 +85,15 @@ def test_reward_methods_run_and_keep_personal_models(name):
     assert 0.0 <= result["test_acc"] <= 1.0 and "global_test_acc" in result
     states = [ctx.state["params"] for ctx in fed.runtime.contexts]
     assert any(not torch.equal(states[0][k], states[1][k]) for k in states[0])
+
+
+@require("PROTEINS")
+def test_global_model_can_be_the_mean_of_the_agents_models():
+    config = load_config(None, ["dataset=PROTEINS", "algorithm=cgsv", "model=gin",
+                                "partition=gcfl_chunk", "num_clients=3", "partition.chunk=20",
+                                "device=cpu", "rounds=1", "cgsv.global_model=mean_of_agents"])
+    fed = build_federation(config, 0)
+    fed.fit_round(1)
+    models = [ctx.state["params"] for ctx in fed.runtime.contexts]
+    for name, value in fed.runtime.server.global_params().items():
+        assert torch.allclose(value, sum(m[name] for m in models) / 3, atol=1e-6)

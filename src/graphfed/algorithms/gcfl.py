@@ -110,7 +110,7 @@ class GCFLServer(Server):
                 if mean < o.eps1 and norms.max() > o.eps2:
                     left, right = self.split_cluster(rnd, members, updates)
                     absent = [c for c in cluster if c not in members]  # stay with the first part
-                    clusters += [left + absent, right]
+                    clusters += [sorted(left + absent), right]
                     self.splits.append(rnd)
                     continue
             clusters.append(cluster)

@@ -22,8 +22,10 @@ from graphfed.algorithms.updates import (
     SharedScope,
     add_flat,
     delta,
+    flatten,
     normalize,
     shared_names,
+    unflatten,
 )
 from graphfed.incentives.rewards import (
     MaskMode,
@@ -52,6 +54,9 @@ class RewardOptions(AlgorithmOptions):
         "round started from")
     own_step: Literal["raw", "normalized"] = Field(
         "raw", description="the agent keeps its raw local step, or its normalised update")
+    global_model: Literal["accumulate", "mean_of_agents"] = Field(
+        "accumulate", description="w_g <- w_g + u_N, or the mean of the agents' trained models "
+        "(they then also upload their shared parameters)")
 
 
 class RewardServer(Server):
@@ -84,7 +89,10 @@ class RewardServer(Server):
     configure_evaluate = configure_fit
 
     def reply_spec(self, client):
-        return {"update": ((self.dim,), torch.float32)}, ("num_samples",)
+        spec = {"update": ((self.dim,), torch.float32)}
+        if self.setup.options.global_model == "mean_of_agents":
+            spec["model"] = ((self.dim,), torch.float32)
+        return spec, ("num_samples",)
 
     # ------------------------------------------------------------ method hooks
     def aggregation_weights(self, clients: list[int]) -> Tensor:
@@ -119,7 +127,11 @@ class RewardServer(Server):
         self.rewards = {c: sparsify(aggregate32, int(n), self.setup.options.mask_mode,
                                     self.tensor_sizes) for c, n in zip(clients, counts.tolist(),
                                                                        strict=True)}
-        self.params = add_flat(self.params, aggregate32, self.names)
+        if self.setup.options.global_model == "accumulate":
+            self.params = add_flat(self.params, aggregate32, self.names)
+        else:
+            mean = torch.stack([replies[c].tensors["model"] for c in clients]).mean(0)
+            self.params = {**self.params, **unflatten(mean, self.params, self.names)}
         self.last = {"clients": clients, "weights": weights.tolist(),
                      "alignment": alignment.tolist(), "values": self.values.tolist(),
                      "reward_components": counts.tolist(), "shared_dim": self.dim,
@@ -164,8 +176,10 @@ class RewardClient(PersonalClient):
 
     def upload(self, message: Message, ctx, trained: Params, update: Tensor) -> Message:
         """The reply; subclasses add their own tensors (FGFL: prototypes)."""
-        return Message(tensors={"update": update.float()},
-                       scalars={"num_samples": ctx.data.num_samples("train")})
+        tensors = {"update": update.float()}
+        if self.options.global_model == "mean_of_agents":
+            tensors["model"] = flatten(trained, self.names).float()
+        return Message(tensors=tensors, scalars={"num_samples": ctx.data.num_samples("train")})
 
     def fit(self, message, ctx):
         start = self.current(message, ctx)
