@@ -30,6 +30,7 @@ class Preset:
     quick: list[str] = field(default_factory=list)  # overrides of --quick
     quick_seeds: int = 2
     dataset_overrides: dict[str, list[str]] = field(default_factory=dict)
+    cell_overrides: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # (method, ds)
     paper: dict[tuple[str, str, str], str] = field(default_factory=dict)  # (method, ds, metric)
     reference: str = "self-train"  # the run fairness is measured against
     groups: dict[str, list[int]] = field(default_factory=dict)  # quality group -> clients

@@ -70,6 +70,7 @@ def cell_config(preset: Preset, variant: Variant, dataset: str, seeds: list[int]
                 quick: bool) -> ExperimentConfig:
     overrides = [*preset.base, f"dataset={dataset}", *preset.dataset_overrides.get(dataset, []),
                  f"algorithm={variant.algorithm or 'local'}", *variant.overrides,
+                 *preset.cell_overrides.get((variant.method, dataset), []),
                  *(preset.quick if quick else []), f"seeds={seeds}",
                  f"name={variant.method}-{dataset}"]
     return load_config(None, overrides)
