@@ -123,7 +123,7 @@ PAYOFF = register(Preset(
     variants=[Variant("fgfl", "fgfl"),
               Variant("fgfl[shared=convs]", "fgfl", ("fgfl.shared_params=convs",))] + [
         Variant(m, None) for m in ("equal", "individual", "union", "shapley")],
-    datasets=["PROTEINS"],
+    datasets=["PROTEINS", "IMDB-BINARY"],
     metrics=("payoff_high", "payoff_medium", "payoff_low"),
     base=[*PROTOCOL, f"partition.edge_flip={FLIPS}"], quick=QUICK, groups=GROUPS,
     figures=[_payoff_figure],
