@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from graphfed.config import load_config
+from graphfed.config import ConfigError, load_config
 from graphfed.experiment import build_federation, resume_experiment, run_experiment
 from graphfed.training import prepare_client
 from tests.conftest import require
@@ -169,3 +169,19 @@ def test_fedavg_gin_on_proteins_beats_the_majority_class(tmp_path):
     accuracy = summary["final"]["test_acc"]
     assert accuracy > sum(global_majority) / 10 + 0.05
     assert accuracy > sum(client_majority) / 10
+
+
+@require("PROTEINS")
+def test_client_global_eval_scores_each_clients_model_on_the_global_test_set():
+    config = load_config(None, ["dataset=PROTEINS", "model=gin", "partition=dirichlet",
+                                "partition.global_test=0.2", "num_clients=3", "rounds=1",
+                                "device=cpu", "client_global_eval=true"])
+    fed = build_federation(config, 0)
+    fed.fit_round(1)
+    result = fed.evaluate(1)
+    # FedAvg: every client deploys the global model, so each scores the server's number
+    assert all(c["global_acc"] == pytest.approx(result["global_test_acc"])
+               for c in result["clients"])
+    assert result["client_global_test_acc"] == pytest.approx(result["global_test_acc"])
+    with pytest.raises(ConfigError, match="global_test"):
+        load_config(None, ["dataset=PROTEINS", "model=gin", "client_global_eval=true"])

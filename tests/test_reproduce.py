@@ -64,3 +64,18 @@ def test_tiny_payoff_reproduction_writes_the_table_contract(tmp_path, monkeypatc
     again, _, _ = reproduce("fgfl-payoff", methods=["fgfl"], seeds=1, quick=True,
                             out=tmp_path / "r", progress=False)
     assert len(list((again / "runs").iterdir())) == 1
+
+
+@require("PROTEINS")
+def test_fairness_on_the_global_test_set_uses_every_agents_global_accuracy(tmp_path, monkeypatch):
+    import json
+
+    preset = get_preset("fgfl-ablation")
+    monkeypatch.setattr(preset, "quick", ["rounds=2", "eval_every=2"])
+    out, rows, _ = reproduce("fgfl-ablation", methods=["fgfl"], seeds=1, quick=True,
+                             out=tmp_path / "g", progress=False, fairness_on="global")
+    vectors = json.loads((out / "vectors.json").read_text())["fgfl/PROTEINS"]["0"]
+    assert len(vectors["self_train"]) == len(vectors["federated"]) == 10
+    assert any(r["metric"] == "gradient_fairness" and r["method"] == "fgfl" for r in rows)
+    with pytest.raises(GraphfedError, match="local"):
+        reproduce("fgfl-ablation", fairness_on="nowhere")

@@ -127,6 +127,8 @@ def reproduce(
     quick: Annotated[bool, typer.Option(help="fewer rounds and seeds")] = False,
     out: Annotated[Path | None, typer.Option(help="output directory (default "
                                              "runs/reproduce-NAME)")] = None,
+    fairness_on: Annotated[str, typer.Option(help="test sets behind model-gradient fairness: "
+                                             "local or global")] = "local",
     list_presets: Annotated[bool, typer.Option("--list", help="list the presets")] = False,
     quiet: Annotated[bool, typer.Option(help="no progress bars")] = False,
 ) -> None:
@@ -144,7 +146,7 @@ def reproduce(
         return ([t.strip() for t in text.split(",") if t.strip()] if text else None)
     try:
         out_dir, rows, skipped = run_preset(name, split(methods), split(datasets), seeds, quick,
-                                            out, progress=not quiet)
+                                            out, progress=not quiet, fairness_on=fairness_on)
     except GraphfedError as e:
         _fail(str(e))
     table = Table(title=f"{name}: ours (mean ± std) beside the paper")

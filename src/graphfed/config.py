@@ -53,6 +53,8 @@ class ExperimentConfig(BaseModel):
     seeds: list[int] | None = Field(None, description="run every seed; summary gives mean/std")
     device: Literal["auto", "cpu", "cuda"] = "auto"
     eval_every: int = Field(1, ge=1)
+    client_global_eval: bool = Field(
+        False, description="also evaluate every client's model on the global test set")
     checkpoint_every: int = Field(10, ge=0, description="0: never")
     runtime: Literal["simulation"] = "simulation"
     csbm: CSBMOptions | None = None
@@ -129,6 +131,9 @@ class ExperimentConfig(BaseModel):
             raise ValueError(f"model '{self.model.name}' does not fit the {level}-level dataset "
                              f"'{self.dataset}'; choose one of: {', '.join(valid)}")
         check_partition_level(self.partition, level)
+        if self.client_global_eval and self.partition.global_test == 0:
+            raise ValueError("client_global_eval needs a global test set "
+                             "(partition.global_test > 0)")
         if self.csbm is not None and self.dataset not in SYNTHETIC:
             raise ValueError("the csbm section applies only to dataset=csbm")
         return self

@@ -32,8 +32,8 @@ from graphfed.runtime.simulation import SimulationRuntime
 from graphfed.training import PreparedClient, Trainer, prepare_client
 
 FINAL_KEYS = ("test_acc", "test_acc_std", "test_macro_f1", "test_loss", "val_acc",
-              "global_test_acc", "global_test_macro_f1", "test_acc_var", "test_acc_entropy",
-              "test_loss_var", "test_loss_entropy")
+              "global_test_acc", "global_test_macro_f1", "client_global_test_acc",
+              "test_acc_var", "test_acc_entropy", "test_loss_var", "test_loss_entropy")
 
 
 def seed_everything(seed: int) -> None:
@@ -103,7 +103,7 @@ class Federation:
         for client in sorted(results):
             metrics = results[client]
             entry = {"client": client}
-            for split in ("val", "test"):
+            for split in ("val", "test", "global"):
                 if split in metrics:
                     for key in ("acc", "loss", "macro_f1"):
                         entry[f"{split}_{key}"] = metrics[split][key]
@@ -114,6 +114,9 @@ class Federation:
             out.update(client_summary(with_test, "test_acc"))
             out.update(client_summary(with_test, "test_loss"))
             out["test_macro_f1"] = mean_std([c["test_macro_f1"] for c in with_test])[0]
+        with_global = [c for c in per_client if "global_acc" in c]
+        if with_global:
+            out["client_global_test_acc"] = mean_std([c["global_acc"] for c in with_global])[0]
         with_val = [c for c in per_client if "val_acc" in c]
         if with_val:
             out["val_acc"] = mean_std([c["val_acc"] for c in with_val])[0]
@@ -138,10 +141,11 @@ def build_federation(config: ExperimentConfig, seed: int) -> Federation:
                   initial_params=trainer.initial_params(),
                   options=config.algorithm_options(), local_epochs=config.local_epochs,
                   batch_size=config.batch_size)
-    contexts = [ClientContext(i, prepare_client(c, model, device), {}, trainer)
-                for i, c in enumerate(data.clients)]
     global_test = (prepare_client(data.global_test, model, device)
                    if data.global_test is not None else None)
+    shared = global_test if config.client_global_eval else None
+    contexts = [ClientContext(i, prepare_client(c, model, device), {}, trainer, shared)
+                for i, c in enumerate(data.clients)]
     runtime = SimulationRuntime(algorithm.server(setup), algorithm.client(setup), contexts,
                                 config.client_fraction, seed)
     return Federation(config, seed, data, trainer, runtime, global_test)

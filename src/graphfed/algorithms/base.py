@@ -100,12 +100,16 @@ class Setup:
 
 @dataclass
 class ClientContext:
-    """A client's own view: its id, data on device, persistent state and the trainer."""
+    """A client's own view: its id, data on device, persistent state and the trainer.
+
+    ``global_test`` is a shared evaluation set handed to every client when a run measures each
+    client's model on it (FedEgo's global F1, FGFL's fairness on the global test set)."""
 
     client_id: int
     data: PreparedClient
     state: dict[str, Any]
     trainer: Trainer
+    global_test: PreparedClient | None = None
 
 
 class Server(ABC):
@@ -179,6 +183,14 @@ class Client(ABC):
     @abstractmethod
     def evaluate(self, message: Message, ctx: ClientContext) -> dict[str, dict]:
         """Metrics per split of the model this client would deploy."""
+
+    def evaluate_params(self, params: Params, ctx: ClientContext) -> dict[str, dict]:
+        """``params`` on the client's val/test splits, and on the shared global test set as
+        split ``global`` when the run hands one out."""
+        metrics = ctx.trainer.evaluate(params, ctx.data)
+        if ctx.global_test is not None:
+            metrics["global"] = ctx.trainer.evaluate(params, ctx.global_test, ("test",))["test"]
+        return metrics
 
 
 ModelFactory = Callable[[str, int, int, Any], nn.Module]  # level, in_dim, classes, ModelOptions

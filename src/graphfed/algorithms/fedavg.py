@@ -71,7 +71,7 @@ class FedAvgClient(Client):
                                                 "train_loss": stats.loss})
 
     def evaluate(self, message, ctx):
-        return ctx.trainer.evaluate(message.tensors, ctx.data)
+        return self.evaluate_params(message.tensors, ctx)
 
 
 FEDAVG = register(Algorithm("fedavg", FedAvgServer, FedAvgClient, FedAvgOptions,

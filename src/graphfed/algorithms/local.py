@@ -32,7 +32,7 @@ class LocalClient(Client):
         return Message()
 
     def evaluate(self, message, ctx):
-        return ctx.trainer.evaluate(self._params(ctx), ctx.data)
+        return self.evaluate_params(self._params(ctx), ctx)
 
 
 LOCAL = register(Algorithm("local", LocalServer, LocalClient, LocalOptions,

@@ -28,4 +28,4 @@ class PersonalClient(Client):
         return self.receive(self.own_params(ctx), message, ctx)
 
     def evaluate(self, message: Message, ctx: ClientContext) -> dict[str, dict]:
-        return ctx.trainer.evaluate(self.current(message, ctx), ctx.data)
+        return self.evaluate_params(self.current(message, ctx), ctx)

@@ -67,8 +67,10 @@ def select(preset: Preset, methods: list[str] | None, datasets: list[str] | None
 
 
 def cell_config(preset: Preset, variant: Variant, dataset: str, seeds: list[int],
-                quick: bool) -> ExperimentConfig:
-    overrides = [*preset.base, f"dataset={dataset}", *preset.dataset_overrides.get(dataset, []),
+                quick: bool, fairness_on: str = "local") -> ExperimentConfig:
+    extra = ["client_global_eval=true"] if fairness_on == "global" else []
+    overrides = [*preset.base, *extra, f"dataset={dataset}",
+                 *preset.dataset_overrides.get(dataset, []),
                  f"algorithm={variant.algorithm or 'local'}", *variant.overrides,
                  *preset.cell_overrides.get((variant.method, dataset), []),
                  *(preset.quick if quick else []), f"seeds={seeds}",
@@ -104,12 +106,14 @@ def _seed_clients(cell: Cell, seed: int) -> list[dict]:
     return json.loads((cell.run_dir / f"seed-{seed}" / "summary.json").read_text())["clients"]
 
 
-def fairness_vectors(reference: Cell, cell: Cell) -> dict[int, dict]:
-    """Per seed: both per-agent accuracy vectors and their Pearson correlation."""
+def fairness_vectors(reference: Cell, cell: Cell, on: str = "local") -> dict[int, dict]:
+    """Per seed: both per-agent accuracy vectors (on each agent's local test set, or on the
+    global test set) and their Pearson correlation."""
+    key = "test_acc" if on == "local" else "global_acc"
     out = {}
     for seed in cell.summary["seeds"]:
-        alone = [c["test_acc"] for c in _seed_clients(reference, seed)]
-        together = [c["test_acc"] for c in _seed_clients(cell, seed)]
+        alone = [c[key] for c in _seed_clients(reference, seed)]
+        together = [c[key] for c in _seed_clients(cell, seed)]
         out[seed] = {"self_train": alone, "federated": together,
                      "pearson": pearson(alone, together)}
     return out
@@ -141,7 +145,7 @@ def _payoff_per_agent(cell: Cell, seed: int) -> list[float]:
 
 
 def cell_rows(preset: Preset, cell: Cell, reference: Cell | None, seeds: list[int],
-              vectors: dict) -> list[dict]:
+              vectors: dict, fairness_on: str = "local") -> list[dict]:
     rows = []
     method, dataset = cell.variant.method, cell.dataset
 
@@ -161,7 +165,7 @@ def cell_rows(preset: Preset, cell: Cell, reference: Cell | None, seeds: list[in
             add(metric, over["global_test_acc"]["values"] if "global_test_acc" in over
                 else None)
         elif metric == "gradient_fairness" and reference is not None and cell is not reference:
-            pairs = fairness_vectors(reference, cell)
+            pairs = fairness_vectors(reference, cell, fairness_on)
             vectors[f"{method}/{dataset}"] = pairs
             add(metric, [p["pearson"] for p in pairs.values()])
         elif metric.startswith("payoff_"):
@@ -204,8 +208,16 @@ def write_tables(rows: list[dict], out: Path, title: str, notes: str) -> None:
 
 def reproduce(name: str, methods: list[str] | None = None, datasets: list[str] | None = None,
               seeds: int | None = None, quick: bool = False, out: Path | None = None,
-              progress: bool = True) -> tuple[Path, list[dict], list[str]]:
-    """Run preset ``name``; returns the output directory, the table rows and what was skipped."""
+              progress: bool = True, fairness_on: str = "local"
+              ) -> tuple[Path, list[dict], list[str]]:
+    """Run preset ``name``; returns the output directory, the table rows and what was skipped.
+
+    ``fairness_on``: the test set behind model-gradient fairness, each agent's local one
+    (the spec's recommendation) or the global one (every agent's model is then also evaluated
+    there)."""
+    if fairness_on not in ("local", "global"):
+        raise GraphfedError(f"fairness is measured on 'local' or 'global' test sets, not "
+                            f"'{fairness_on}'")
     preset = get_preset(name)
     variants, wanted = select(preset, methods, datasets)
     count = seeds or (preset.quick_seeds if quick else preset.seeds)
@@ -220,7 +232,7 @@ def reproduce(name: str, methods: list[str] | None = None, datasets: list[str] |
         for dataset in (d for d in wanted if is_present(d)):
             for variant in variants:
                 cell = Cell(variant, dataset, cell_config(preset, variant, dataset, seed_list,
-                                                          quick))
+                                                          quick, fairness_on))
                 if variant.algorithm is not None:
                     run_cell(cell, runs, progress)
                 cells.append(cell)
@@ -230,7 +242,7 @@ def reproduce(name: str, methods: list[str] | None = None, datasets: list[str] |
     for cell in cells:
         reference = next((c for c in cells if c.dataset == cell.dataset
                           and c.variant.method == preset.reference), None)
-        rows.extend(cell_rows(preset, cell, reference, seed_list, vectors))
+        rows.extend(cell_rows(preset, cell, reference, seed_list, vectors, fairness_on))
     title = f"{name}: {preset.description} ({count} seeds{', quick' if quick else ''})"
     write_tables(rows, out, title, preset.notes)
     (out / "vectors.json").write_text(json.dumps(vectors, indent=1))
