@@ -205,3 +205,15 @@ def test_gcfl_chunking_gives_consecutive_chunks_then_random_graphs(proteins):
 def test_gcfl_chunking_refuses_too_many_clients(proteins):
     with pytest.raises(GraphfedError, match="exceeds the"):
         build_partition(proteins, parse_partition("gcfl_chunk"), 30, seed=0)
+
+
+def test_quality_tiers_are_3_3_4_with_ratios_in_their_ranges():
+    from graphfed.data.partition.graph import QUALITY_TIERS, quality_tier_flips
+
+    ratios, groups = quality_tier_flips(10, seed=0)
+    assert {g: len(m) for g, m in groups.items()} == {"low": 3, "medium": 3, "high": 4}
+    assert sorted(c for m in groups.values() for c in m) == list(range(10))
+    for group, members in groups.items():
+        lo, hi = QUALITY_TIERS[group]
+        assert all(lo <= ratios[c] < hi for c in members)
+    assert quality_tier_flips(10, seed=0) == (ratios, groups)
