@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from graphfed.errors import GraphfedError
@@ -153,7 +154,8 @@ def reproduce(
     for col in ("method", "dataset", "metric", "ours", "paper"):
         table.add_column(col)
     for r in rows:
-        table.add_row(r["method"], r["dataset"], r["metric"], format_ours(r), r["paper"] or "")
+        table.add_row(escape(r["method"]), r["dataset"], r["metric"], format_ours(r),
+                      r["paper"] or "")
     console.print(table)
     for reason in skipped:
         errors.print(f"[yellow]skipped[/] {reason}", highlight=False)
