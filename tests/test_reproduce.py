@@ -21,6 +21,15 @@ def test_table2_carries_the_papers_numbers_and_leaves_missing_ones_out():
     assert len(preset.variants) == 12
 
 
+def test_the_markdown_table_marks_a_shortfall():
+    from graphfed.reproduce.runner import gap
+
+    row = {"ours_mean": 0.70, "ours_std": 0.01, "paper": "0.751±0.017"}
+    assert gap(row) == "-0.051 (short)"
+    assert gap({**row, "ours_mean": 0.74}) == "-0.011"
+    assert gap({**row, "paper": ""}) == ""
+
+
 def test_fairness_reference_joins_a_method_selection():
     variants, datasets = select(get_preset("fgfl-table2"), ["fgfl"], ["proteins"])
     assert [v.method for v in variants] == ["self-train", "fgfl"]

@@ -180,6 +180,14 @@ def _fmt(value: float | None) -> str:
     return "" if value is None else f"{value:.4f}"
 
 
+def gap(row: dict, tolerance: float = 0.03) -> str:
+    """ours − paper on the means, marked ``short`` when more than ``tolerance`` below."""
+    if row["ours_mean"] is None or not row["paper"]:
+        return ""
+    diff = row["ours_mean"] - float(row["paper"].split("±")[0])
+    return f"{diff:+.3f}" + (" (short)" if diff < -tolerance else "")
+
+
 def format_ours(row: dict) -> str:
     """``mean ± std``; payoffs (shares of a budget of 1 over ~10 agents) get a fourth decimal."""
     if row["ours_mean"] is None:
@@ -195,12 +203,11 @@ def write_tables(rows: list[dict], out: Path, title: str, notes: str) -> None:
         for row in rows:
             writer.writerow({**row, "ours_mean": _fmt(row["ours_mean"]),
                              "ours_std": _fmt(row["ours_std"])})
-    lines = [f"# {title}", "", "| method | dataset | metric | ours | paper |",
-             "|---|---|---|---|---|"]
+    lines = [f"# {title}", "", "| method | dataset | metric | ours | paper | ours − paper |",
+             "|---|---|---|---|---|---|"]
     for row in rows:
         lines.append(f"| {row['method']} | {row['dataset']} | {row['metric']} | "
-                     f"{format_ours(row)} | "
-                     f"{row['paper'] or ''} |")
+                     f"{format_ours(row)} | {row['paper'] or ''} | {gap(row)} |")
     if notes:
         lines += ["", notes]
     (out / "table.md").write_text("\n".join(lines) + "\n")
