@@ -54,8 +54,9 @@ def test_cli_rejects_an_unknown_preset():
 def test_tiny_payoff_reproduction_writes_the_table_contract(tmp_path, monkeypatch):
     preset = get_preset("fgfl-payoff")
     monkeypatch.setattr(preset, "quick", ["rounds=2", "eval_every=2"])
-    out, rows, skipped = reproduce("fgfl-payoff", methods=["fgfl", "equal", "shapley"], seeds=1,
-                                   quick=True, out=tmp_path / "r", progress=False)
+    out, rows, skipped = reproduce("fgfl-payoff", methods=["fgfl", "equal", "shapley"],
+                                   datasets=["PROTEINS"], seeds=1, quick=True,
+                                   out=tmp_path / "r", progress=False)
     assert not skipped
     with (out / "table.csv").open() as f:
         table = list(csv.DictReader(f))
@@ -70,8 +71,8 @@ def test_tiny_payoff_reproduction_writes_the_table_contract(tmp_path, monkeypatc
         assert total == pytest.approx(1.0, abs=2e-3)
     assert (out / "payoff.png").stat().st_size > 0 and (out / "table.md").is_file()
     # a second call reuses the finished cell instead of training again
-    again, _, _ = reproduce("fgfl-payoff", methods=["fgfl"], seeds=1, quick=True,
-                            out=tmp_path / "r", progress=False)
+    again, _, _ = reproduce("fgfl-payoff", methods=["fgfl"], datasets=["PROTEINS"], seeds=1,
+                            quick=True, out=tmp_path / "r", progress=False)
     assert len(list((again / "runs").iterdir())) == 1
 
 
