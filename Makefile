@@ -24,7 +24,6 @@ test: setup
 
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/ruff format --check src tests benchmarks
 
 bench: setup
 	$(VENV)/bin/python benchmarks/round_time.py
