@@ -27,12 +27,12 @@ def graph_only_algorithm():
 
 
 BAD = [
-    (["algorithm=nope"], "unknown algorithm 'nope'; available: cffl, cgsv, dw, eu, fedavg,"),
+    (["algorithm=nope"], "unknown algorithm 'nope'; available: cffl, cgsv, d-fedgnn, dw, eu,"),
     (["dataset=nope"], "unknown dataset 'nope'; available: Cora"),
     (["partition=nope"], "unknown partition 'nope'; available: louvain, metis"),
     (["colour=red"], "unknown key 'colour'; valid keys:"),
     (["model.depth=3"], "model.depth: unknown key; valid keys: dropout, heads, hidden"),
-    (["fedprox.nu=3"], "fedprox.nu: unknown key; valid keys: mu, weighted"),
+    (["fedprox.nu=3"], "fedprox.nu: unknown key; valid keys: adaptive, adaptive_mu_start"),
     (["rounds=many"], "rounds: Input should be a valid integer"),
     (["optimizer.name=rmsprop"], "optimizer.name: Input should be 'adam' or 'sgd'"),
     (["model=gin"], "model 'gin' does not fit the node-level dataset 'Cora'"),

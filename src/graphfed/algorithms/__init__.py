@@ -2,6 +2,7 @@
 
 from graphfed.algorithms import (  # noqa: F401  (register)
     cgsv,
+    dfedgnn,
     dw,
     fedavg,
     fedprox,

@@ -24,7 +24,7 @@ from torch_geometric.nn import (
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import scatter
 
-ModelName = Literal["gcn", "sage", "sgc", "gat", "gin", "mlp"]
+ModelName = Literal["gcn", "sage", "sgc", "gat", "gin", "mlp", "mlp_sage"]
 
 
 class ModelOptions(BaseModel):
@@ -114,6 +114,32 @@ class NodeClassifier(nn.Module):
         return x
 
 
+class MlpSageClassifier(nn.Module):
+    """FedEgo's shared node-model shape (all its baselines use it): a reduction layer
+    Linear(d, h) + ReLU, ``layers`` SAGEConv(h, h) layers with ReLU, dropout after the reduction
+    and after the SAGE block, and a bias-free classifier Linear(h, C).
+
+    Parameter names keep the parts apart: ``reduction.*`` (FedEgo's Θ), ``convs.*`` and
+    ``classifier.*`` (its Φ). PyG's default initialisation (FedEgo's code: Kaiming-normal)."""
+
+    def __init__(self, in_dim: int, num_classes: int, opts: ModelOptions):
+        super().__init__()
+        self.opts = opts
+        h = opts.hidden
+        self.reduction = nn.Linear(in_dim, h)
+        self.convs = nn.ModuleList(SAGEConv(h, h) for _ in range(opts.layers))
+        self.classifier = nn.Linear(h, num_classes, bias=False)
+
+    def prepare(self, graph: Data) -> Data:
+        return graph.clone()
+
+    def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None) -> Tensor:
+        x = F.dropout(F.relu(self.reduction(x)), self.opts.dropout, self.training)
+        for conv in self.convs:
+            x = F.relu(conv(x, edge_index))
+        return self.classifier(F.dropout(x, self.opts.dropout, self.training))
+
+
 class GraphClassifier(nn.Module):
     """Linear pre-layer, ``layers`` message-passing layers (ReLU + dropout after each), a sum
     (or mean) readout, a hidden post-layer and a linear classifier: the GIN backbone FGFL and
@@ -121,8 +147,8 @@ class GraphClassifier(nn.Module):
 
     def __init__(self, in_dim: int, num_classes: int, opts: ModelOptions):
         super().__init__()
-        if opts.name == "sgc":
-            raise ValueError("sgc is a node-level model; use gin, gcn, sage, gat or mlp")
+        if opts.name in ("sgc", "mlp_sage"):
+            raise ValueError(f"{opts.name} is a node-level model; use gin, gcn, sage, gat or mlp")
         self.opts = opts
         h = opts.hidden
         self.pre = nn.Linear(in_dim, h)
@@ -154,5 +180,7 @@ class GraphClassifier(nn.Module):
 
 
 def build_model(level: str, in_dim: int, num_classes: int, opts: ModelOptions) -> nn.Module:
+    if level == "node" and opts.name == "mlp_sage":
+        return MlpSageClassifier(in_dim, num_classes, opts)
     cls = NodeClassifier if level == "node" else GraphClassifier
     return cls(in_dim, num_classes, opts)

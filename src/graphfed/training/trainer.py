@@ -44,6 +44,14 @@ class TrainStats:
     samples: int
 
 
+def _extra(extra_loss: ExtraLoss, live: Params, loss: Tensor) -> Tensor:
+    """The extra term; one marked ``sees_loss`` also gets the batch loss (detached), e.g. to
+    adapt its coefficient to it (FedEgo's adaptive FedProx)."""
+    if getattr(extra_loss, "sees_loss", False):
+        return extra_loss(live, loss.detach())
+    return extra_loss(live)
+
+
 def _call(model: nn.Module, params: Params) -> Callable:
     return lambda m, args, kwargs=None: functional_call(m, params, args, kwargs)
 
@@ -90,7 +98,7 @@ class Trainer:
                 else:
                     logits, embedding = batch.forward(self.model, call, with_embedding=True)
                 loss = F.cross_entropy(logits, batch.targets)
-                objective = loss if extra_loss is None else loss + extra_loss(live)
+                objective = loss if extra_loss is None else loss + _extra(extra_loss, live, loss)
                 if batch_loss is not None:
                     objective = objective + batch_loss(live, batch, embedding)
                 objective.backward()
