@@ -134,8 +134,12 @@ def build_federation(config: ExperimentConfig, seed: int) -> Federation:
     data = federated_data(config, seed)
     seed_everything(seed)
     algorithm = get_algorithm(config.algorithm)
-    make_model = algorithm.model or build_model
-    model = make_model(data.level, data.num_features, data.num_classes, config.model).to(device)
+    if algorithm.model is None:
+        model = build_model(data.level, data.num_features, data.num_classes, config.model)
+    else:
+        model = algorithm.model(data.level, data.num_features, data.num_classes, config.model,
+                                config.algorithm_options())
+    model = model.to(device)
     trainer = Trainer(model, config.optimizer, data.num_classes)
     setup = Setup(level=data.level, num_clients=data.num_clients, num_classes=data.num_classes,
                   initial_params=trainer.initial_params(),

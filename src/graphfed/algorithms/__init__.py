@@ -4,6 +4,7 @@ from graphfed.algorithms import (  # noqa: F401  (register)
     cgsv,
     dfedgnn,
     dw,
+    fedego,
     fedavg,
     fedprox,
     fedsage,

@@ -74,9 +74,15 @@ def check_message(message: Message, expected: TensorSpec | None = None,
         extra, absent = sorted(set(got) - set(expected)), sorted(set(expected) - set(got))
         raise MessageError(f"{sender}: tensor names differ (unexpected {extra}, missing {absent})")
     for name, (shape, dtype) in expected.items():
-        if got[name] != (shape, dtype):
+        if not _shape_fits(got[name][0], shape) or got[name][1] != dtype:
             raise MessageError(f"{sender}: '{name}' is {got[name][0]} {got[name][1]}, "
                                f"expected {shape} {dtype}")
+
+
+def _shape_fits(got: tuple[int, ...], expected: tuple[int, ...]) -> bool:
+    """``expected`` may hold -1 for a dimension of any size (e.g. a variable number of items)."""
+    return len(got) == len(expected) and all(
+        e in (-1, g) for g, e in zip(got, expected, strict=True))
 
 
 class AlgorithmOptions(BaseModel):
@@ -193,7 +199,8 @@ class Client(ABC):
         return metrics
 
 
-ModelFactory = Callable[[str, int, int, Any], nn.Module]  # level, in_dim, classes, ModelOptions
+# level, in_dim, classes, ModelOptions, the algorithm's own options -> the network
+ModelFactory = Callable[[str, int, int, Any, "AlgorithmOptions"], nn.Module]
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from graphfed.algorithms.fedavg import FedAvgClient, FedAvgOptions, FedAvgServer
 from graphfed.models.gnn import build_model
 
 
-def sage_backbone(level, in_dim, num_classes, options):
+def sage_backbone(level, in_dim, num_classes, options, method_options=None):
     return build_model(level, in_dim, num_classes, options.model_copy(update={"name": "sage"}))
 
 

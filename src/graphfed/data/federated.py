@@ -121,6 +121,10 @@ def build_partition(data: GraphDataset, options: PartitionBase, num_clients: int
     check_flip_length(options, num_clients)
     params = partition_params(data.name, dataset_options, options, num_clients, seed)
     rng = np.random.default_rng(seed)
+    plan = options.plan(data.graph, num_clients, seed, rng) if data.level == "node" else None
+    if plan is not None:
+        return PartitionArtifact(partition_id(params), params, data.level, plan.client_ids,
+                                 plan.client_splits, plan.global_test)
     total = data.graph.num_nodes if data.level == "node" else len(data.graphs)
     order = rng.permutation(total)
     n_test = round(options.global_test * total)

@@ -158,7 +158,7 @@ def structure_names(params) -> list[str]:
 
 
 def build_dual_channel(level: str, in_dim: int, num_classes: int,
-                       opts: ModelOptions) -> DualChannelGIN:
+                       opts: ModelOptions, method_options=None) -> DualChannelGIN:
     """Model factory: the configured hidden size, layer count, dropout and pooling (FedStar's
     own setting is 64 hidden, 3 layers, dropout 0.5, sum pooling); ``model.name`` is ignored."""
     if level != "graph":

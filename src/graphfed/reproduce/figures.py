@@ -62,3 +62,37 @@ def tradeoff_scatter(rows: list[dict], path: Path, title: str) -> Path:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def f1_curves(rows: list[dict], out: Path) -> Path:
+    """Client-averaged local and global micro-F1 per evaluated round, mean over seeds, one
+    panel per dataset and test set (read from each cell's ``metrics.jsonl``)."""
+    import json
+
+    cells = list(dict.fromkeys((r["method"], r["dataset"]) for r in rows))
+    datasets = list(dict.fromkeys(d for _, d in cells))
+    fig, axes = plt.subplots(2, len(datasets), figsize=(4.5 * len(datasets), 6.4), squeeze=False)
+    for col, dataset in enumerate(datasets):
+        for method in (m for m, d in cells if d == dataset):
+            runs = sorted((out / "runs" / f"{method}-{dataset}").glob("seed-*/metrics.jsonl"))
+            for row, key in enumerate(("test_acc", "client_global_test_acc")):
+                series: dict[int, list[float]] = {}
+                for path in runs:
+                    for line in map(json.loads, path.read_text().splitlines()):
+                        if key in line:
+                            series.setdefault(line["round"], []).append(line[key])
+                if series:
+                    rounds = sorted(series)
+                    axes[row][col].plot(rounds, [sum(series[r]) / len(series[r])
+                                                 for r in rounds], label=method, linewidth=1)
+        for row, label in enumerate(("local", "global")):
+            ax = axes[row][col]
+            ax.set_title(f"{dataset}: {label} test", fontsize=9)
+            ax.set_xlabel("round")
+            ax.set_ylabel("micro-F1")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    path = out / "f1_curves.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -36,6 +36,7 @@ class Cell:
 
 
 def get_preset(name: str) -> Preset:
+    import graphfed.reproduce.fedego
     import graphfed.reproduce.fgfl  # noqa: F401  (registers the FGFL presets)
 
     if name not in REGISTRY:
@@ -134,14 +135,39 @@ def _payoff_per_agent(cell: Cell, seed: int) -> list[float]:
         data = federated_data(cell.config, seed)
         sizes = [c.num_samples("train") for c in data.clients]
         return PAYOFF_BASELINES[cell.variant.method](sizes, 1.0)
-    lines = [json.loads(line) for line in
-             (cell.run_dir / f"seed-{seed}" / "metrics.jsonl").read_text().splitlines()]
+    lines = seed_lines(cell, seed)
     rounds = [line["server"]["payoff"] for line in lines
               if line["round"] > 0 and "payoff" in line.get("server", {})]
     if not rounds:
         raise GraphfedError(f"{cell.variant.method} records no payoff; it cannot fill a payoff "
                             "table")
     return [sum(r[c] for r in rounds) / len(rounds) for c in range(len(rounds[0]))]
+
+
+def seed_lines(cell: Cell, seed: int) -> list[dict]:
+    path = cell.run_dir / f"seed-{seed}" / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+MIB = 2**20
+# FedEgo's reporting: the best client-averaged F1 over evaluated rounds, and the last one
+_SERIES = {"local_f1": "test_acc", "global_f1": "client_global_test_acc"}
+
+
+def series_metric(cell: Cell, seed: int, metric: str) -> float | None:
+    """A per-seed number read from the run's rounds (F1 series, upload MiB, minutes)."""
+    lines = [line for line in seed_lines(cell, seed) if line["round"] > 0]
+    if metric == "minutes":
+        return json.loads((cell.run_dir / f"seed-{seed}" / "summary.json").read_text()
+                          )["seconds"] / 60
+    if metric in ("ego_mib", "param_mib"):
+        ego = sum(line.get("server", {}).get("upload_ego_bytes", 0) for line in lines)
+        return (ego if metric == "ego_mib" else sum(x["bytes_up"] for x in lines) - ego) / MIB
+    key = _SERIES[metric.removesuffix("_final")]
+    values = [line[key] for line in lines if key in line]
+    if not values:
+        return None
+    return values[-1] if metric.endswith("_final") else max(values)
 
 
 def cell_rows(preset: Preset, cell: Cell, reference: Cell | None, seeds: list[int],
@@ -168,6 +194,10 @@ def cell_rows(preset: Preset, cell: Cell, reference: Cell | None, seeds: list[in
             pairs = fairness_vectors(reference, cell, fairness_on)
             vectors[f"{method}/{dataset}"] = pairs
             add(metric, [p["pearson"] for p in pairs.values()])
+        elif metric.removesuffix("_final") in _SERIES or metric in ("ego_mib", "param_mib",
+                                                                      "minutes"):
+            values = [series_metric(cell, s, metric) for s in cell.summary["seeds"]]
+            add(metric, None if None in values else values)
         elif metric.startswith("payoff_"):
             payoffs = group_payoffs(preset, cell, seeds)
             add(metric, payoffs[metric.removeprefix("payoff_")])
@@ -192,6 +222,8 @@ def format_ours(row: dict) -> str:
     """``mean ± std``; payoffs (shares of a budget of 1 over ~10 agents) get a fourth decimal."""
     if row["ours_mean"] is None:
         return "–"
+    if row["metric"] in ("ego_mib", "param_mib", "minutes"):
+        return f"{row['ours_mean']:.1f} ± {row['ours_std']:.1f}"
     d = 4 if row["metric"].startswith("payoff_") else 3
     return f"{row['ours_mean']:.{d}f} ± {row['ours_std']:.{d}f}"
 

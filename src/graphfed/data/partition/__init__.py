@@ -13,6 +13,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 from torch_geometric.data import Data
 
+from graphfed.data.partition.fedego import SplitPlan, label_skew_plan, louvain_plan
 from graphfed.data.partition.graph import gcfl_chunk_split
 from graphfed.data.partition.label_skew import dirichlet_split, uniform_split
 from graphfed.data.partition.node import louvain_split, major_labels_split, metis_split
@@ -53,6 +54,12 @@ class PartitionBase(BaseModel):
                seed: int) -> list[torch.Tensor]:
         """Client index sets over the items ``labels`` describes (``graph``: node level only)."""
         raise NotImplementedError
+
+    def plan(self, graph: Data, num_clients: int, seed: int,
+             rng: np.random.Generator) -> SplitPlan | None:
+        """A whole split (global test, clients, their local tests) for partitions that decide
+        all of it themselves; None: the usual global-test cut, ``assign`` and per-client ratios."""
+        return None
 
 
 class LouvainPartition(PartitionBase):
@@ -118,13 +125,50 @@ class GCFLChunkPartition(PartitionBase):
                                 np.random.default_rng(seed))
 
 
+class FedEgoLabelPartition(PartitionBase):
+    """FedEgo's label skew; ``global_test`` is α_global, ``client_size`` α_local (its code's 0.5
+    for Cora/CiteSeer), ``test_num`` the local test nodes per client; ``split`` is unused."""
+
+    levels: ClassVar[tuple[str, ...]] = ("node",)
+    name: Literal["fedego_label"] = "fedego_label"
+    global_test: float = Field(0.3, ge=0.0, lt=1.0)
+    client_size: float = Field(0.5, gt=0.0, le=1.0, description="nodes per client / all nodes")
+    labels: int = Field(3, ge=1, description="major labels per client")
+    major_fraction: float = Field(0.8, ge=0.0, le=1.0)
+    test_num: int = Field(200, ge=1, description="local test nodes per client")
+
+    def plan(self, graph, num_clients, seed, rng):
+        return label_skew_plan(graph, num_clients, self.global_test, self.client_size,
+                               self.labels, self.major_fraction, self.test_num, rng)
+
+
+class FedEgoLouvainPartition(PartitionBase):
+    """FedEgo's community split into N+1 parts, part 0 the global test graph."""
+
+    levels: ClassVar[tuple[str, ...]] = ("node",)
+    name: Literal["fedego_louvain"] = "fedego_louvain"
+    test_num: int = Field(200, ge=1, description="local test nodes per client")
+    delta: int = Field(20, ge=0, description="allowed part-size gap (its code's 20)")
+
+    @field_validator("global_test")
+    @classmethod
+    def _part_zero_is_the_test(cls, v: float) -> float:
+        if v:
+            raise ValueError("fedego_louvain takes part 0 as the global test graph; leave "
+                             "global_test unset")
+        return v
+
+    def plan(self, graph, num_clients, seed, rng):
+        return louvain_plan(graph, num_clients, self.test_num, seed, self.delta)
+
+
 PARTITIONS = {cls.model_fields["name"].default: cls for cls in (
     LouvainPartition, MetisPartition, MajorLabelsPartition, DirichletPartition, UniformPartition,
-    GCFLChunkPartition)}
+    GCFLChunkPartition, FedEgoLabelPartition, FedEgoLouvainPartition)}
 
 PartitionOptions = Annotated[
     LouvainPartition | MetisPartition | MajorLabelsPartition | DirichletPartition
-    | UniformPartition | GCFLChunkPartition,
+    | UniformPartition | GCFLChunkPartition | FedEgoLabelPartition | FedEgoLouvainPartition,
     Field(discriminator="name"),
 ]
 

@@ -1,0 +1,123 @@
+"""FedEgo's two node-level simulations, which choose the global test graph and every client's
+local test nodes themselves (not by a per-client ratio):
+
+* label skew: a random global test fraction; each client then draws 3 major labels, takes a fixed
+  number of pool nodes (80 % from its major labels), keeps the nodes with an edge inside its own
+  set, and holds out its last ``test_num`` (shuffled) nodes as local test, which later clients can
+  no longer draw. Training nodes of different clients may overlap.
+* Louvain: communities chopped and dealt round-robin into N+1 parts of similar size; part 0 is
+  the global test graph, parts 1..N the clients, each client's last ``test_num`` nodes its test.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch_geometric.data import Data
+from torch_geometric.utils import to_undirected
+
+from graphfed.data.partition.node import louvain_communities
+from graphfed.errors import GraphfedError
+
+TRAIN, TEST = 0, 2
+
+
+@dataclass
+class SplitPlan:
+    """A partition that decides all of it: global test ids, client ids and their split codes."""
+
+    global_test: torch.Tensor
+    client_ids: list[torch.Tensor]
+    client_splits: list[torch.Tensor]
+
+
+def _neighbour_sets(graph: Data) -> list[set[int]]:
+    edges = to_undirected(graph.edge_index, num_nodes=graph.num_nodes)
+    neighbours: list[set[int]] = [set() for _ in range(graph.num_nodes)]
+    for u, v in edges.t().tolist():
+        if u != v:
+            neighbours[u].add(v)
+    return neighbours
+
+
+def _tail_as_test(ids: np.ndarray, test_num: int) -> torch.Tensor:
+    if len(ids) <= test_num:
+        raise GraphfedError(
+            f"a client holds {len(ids)} nodes, not more than its {test_num} local test nodes; "
+            f"lower partition.test_num or raise partition.client_size")
+    splits = torch.full((len(ids),), TRAIN, dtype=torch.long)
+    splits[len(ids) - test_num:] = TEST
+    return splits
+
+
+def label_skew_plan(graph: Data, num_clients: int, global_fraction: float, client_fraction: float,
+                    num_major: int, major_fraction: float, test_num: int,
+                    rng: np.random.Generator) -> SplitPlan:
+    """FedEgo's label-skew split (its code's ``split_mode='label'``), in the graph's node ids."""
+    neighbours = _neighbour_sets(graph)
+    connected = np.array([v for v in range(graph.num_nodes) if neighbours[v]])
+    y = graph.y.cpu().numpy()
+    classes = np.unique(y[connected])
+    if num_major > len(classes):
+        raise GraphfedError(f"partition: {num_major} major labels but only {len(classes)} classes")
+    n = len(connected)
+    order = rng.permutation(connected)
+    global_test = np.sort(order[:int(n * global_fraction)])
+    taken = np.zeros(graph.num_nodes, dtype=bool)  # global test and earlier clients' local tests
+    taken[global_test] = True
+    size = int(n * client_fraction)
+    client_ids, client_splits = [], []
+    for _ in range(num_clients):
+        pool = connected[~taken[connected]]
+        majors = rng.permutation(classes)[:num_major]
+        major_pool = pool[np.isin(y[pool], majors)]
+        n_major = min(int(size * major_fraction), len(major_pool))
+        major = rng.permutation(major_pool)[:n_major]
+        rest = pool[~np.isin(pool, major)]
+        chosen = np.concatenate([major, rng.permutation(rest)[:size - n_major]])
+        inside = set(chosen.tolist())
+        kept = np.array([v for v in chosen if neighbours[v] & inside], dtype=np.int64)
+        kept = rng.permutation(kept)
+        splits = _tail_as_test(kept, test_num)
+        taken[kept[len(kept) - test_num:]] = True
+        client_ids.append(torch.as_tensor(kept, dtype=torch.long))
+        client_splits.append(splits)
+    return SplitPlan(torch.as_tensor(global_test, dtype=torch.long), client_ids, client_splits)
+
+
+def community_parts(communities: list[list[int]], num_parts: int, num_nodes: int,
+                    delta: int) -> list[list[int]]:
+    """Chop communities above ``num_nodes // num_parts - delta`` nodes, sort them by size and deal
+    them round-robin, skipping parts that would exceed ``num_nodes // num_parts + delta``."""
+    chunk = num_nodes // num_parts - delta
+    capacity = num_nodes // num_parts + delta
+    if chunk < 1:
+        raise GraphfedError(f"partition: {num_nodes} nodes are too few for {num_parts} parts")
+    pieces = [c[i:i + chunk] for c in communities for i in range(0, len(c), chunk)]
+    pieces.sort(key=len, reverse=True)
+    parts: list[list[int]] = [[] for _ in range(num_parts)]
+    k = 0
+    for piece in pieces:
+        for _ in range(num_parts):
+            if len(parts[k]) + len(piece) <= capacity:
+                break
+            k = (k + 1) % num_parts
+        else:
+            k = min(range(num_parts), key=lambda j: len(parts[j]))  # nothing fits: the smallest
+        parts[k].extend(piece)
+        k = (k + 1) % num_parts
+    return parts
+
+
+def louvain_plan(graph: Data, num_clients: int, test_num: int, seed: int,
+                 delta: int = 20) -> SplitPlan:
+    """FedEgo's community split (its code's ``split_mode='louvain'``): part 0 is the global test
+    graph, parts 1..N the clients; each client's last ``test_num`` nodes (node order) test."""
+    communities = louvain_communities(graph, seed)
+    parts = community_parts(communities, num_clients + 1, graph.num_nodes, delta)
+    ids = [np.sort(np.array(p, dtype=np.int64)) for p in parts]
+    return SplitPlan(torch.as_tensor(ids[0], dtype=torch.long),
+                     [torch.as_tensor(p, dtype=torch.long) for p in ids[1:]],
+                     [_tail_as_test(p, test_num) for p in ids[1:]])

@@ -1,0 +1,254 @@
+"""FedEgo: ego-graph layout, Mixup, the tree forward, λ, Θ sharing, server offsets, byte
+accounting, and FedEgo's two simulations on real Cora."""
+
+import pytest
+import torch
+from torch_geometric.nn import SAGEConv
+
+from graphfed.algorithms.fedego import (
+    REDUCTION,
+    FedEgoOptions,
+    ego_view,
+    label_distribution,
+    mashed_ego_graphs,
+    mixing_weight,
+    resampled_positions,
+    server_graph,
+    split_params,
+)
+from graphfed.config import load_config
+from graphfed.data.federated import build_partition, materialize
+from graphfed.data.partition import parse_partition
+from graphfed.experiment import build_federation
+from graphfed.models.ego import (
+    NeighbourSampler,
+    PersonalLayers,
+    batched_tree_edges,
+    mash,
+    tree_edges,
+    tree_size,
+)
+from tests.conftest import require
+
+SIZE = tree_size(2, 6)
+
+
+def test_tree_layout_children_of_p_are_6p_plus_1_to_6p_plus_6():
+    assert SIZE == 43
+    edges = tree_edges(2, 6)
+    assert edges.shape == (2, 42)
+    for child, parent in edges.t().tolist():
+        assert 6 * parent + 1 <= child <= 6 * parent + 6
+    two = batched_tree_edges(2, 2, 6)
+    assert two[:, 42:].min() >= 43 and two[:, :42].max() < 43
+
+
+def test_sampler_draws_real_neighbours_at_aligned_positions(cora):
+    sampler = NeighbourSampler(cora.graph.edge_index, cora.graph.num_nodes)
+    centres = torch.tensor([0, 5, 100])
+    trees = sampler.sample(centres)
+    assert trees.shape == (3, SIZE) and torch.equal(trees[:, 0], centres)
+    adjacency = set(map(tuple, cora.graph.edge_index.t().tolist()))
+    for child, parent in tree_edges(2, 6).t().tolist():
+        for t in trees:
+            assert (int(t[child]), int(t[parent])) in adjacency
+
+
+def test_a_mashed_graph_of_identical_ego_graphs_is_that_ego_graph():
+    one = torch.randn(SIZE, 8)
+    assert torch.allclose(mash(one.expand(32, SIZE, 8)), one, rtol=0, atol=1e-6)
+
+
+def test_tree_forward_equals_sage_message_passing_on_the_tree_edges():
+    torch.manual_seed(0)
+    layers = PersonalLayers(8, 3, dropout=0.0).eval()
+    trees = torch.randn(4, SIZE, 8)
+    fast = layers(trees)
+    edges = batched_tree_edges(4, 2, 6)
+    h = trees.reshape(-1, 8)
+    for conv in layers.convs:
+        assert isinstance(conv, SAGEConv)
+        h = torch.relu(conv(h, edges))
+    reference = layers.classifier(h[torch.arange(4) * SIZE])
+    assert torch.allclose(fast, reference, atol=1e-5)
+
+
+def _realigned(trees: torch.Tensor) -> torch.Tensor:
+    """Each tree with its hop-1 subtrees and every parent's leaves shuffled (another alignment)."""
+    out = trees.clone()
+    for t in range(len(trees)):
+        order = torch.randperm(6)
+        for new, old in enumerate(order.tolist()):
+            out[t, 1 + new] = trees[t, 1 + old]
+            leaves = 7 + 6 * old + torch.randperm(6)
+            out[t, 7 + 6 * new: 13 + 6 * new] = trees[t, leaves]
+    return out
+
+
+@pytest.mark.parametrize("linear", [True, False])
+def test_theorem_4_1_linear_layers_make_the_mashed_centre_alignment_free(linear):
+    torch.manual_seed(1)
+    layers = PersonalLayers(8, 3, dropout=0.0, linear=linear).eval()
+    for conv in layers.convs:
+        conv.lin_l.bias.data.zero_()
+    batch = torch.randn(32, SIZE, 8)
+    a = layers(mash(batch).unsqueeze(0))
+    b = layers(mash(_realigned(batch)).unsqueeze(0))
+    assert torch.allclose(a, b, atol=1e-5) == linear  # with ReLU in between it is not
+
+
+def test_mixing_weight_lies_in_0_1_and_vanishes_for_equal_distributions():
+    options = FedEgoOptions()
+    p = torch.tensor([0.2, 0.3, 0.5])
+    assert mixing_weight(p, p, options) == 0.0
+    opposite = mixing_weight(torch.tensor([1.0, 0, 0]), torch.tensor([0, 0, 1.0]), options)
+    assert opposite == pytest.approx(1.0)
+    for _ in range(20):
+        a, b = torch.rand(5), torch.rand(5)
+        lam = mixing_weight(a / a.sum(), b / b.sum(), options)
+        assert 0.0 <= lam <= 1.0
+    assert mixing_weight(p, p, FedEgoOptions(lambda_mode="fixed", lambda_value=0.3)) == 0.3
+
+
+def test_server_resampling_draws_each_position_from_the_parents_children():
+    positions = resampled_positions(50, FedEgoOptions())
+    assert positions.shape == (50, SIZE) and bool((positions[:, 0] == 0).all())
+    for child, parent in tree_edges(2, 6).t().tolist():
+        p = positions[:, parent]
+        assert bool(((positions[:, child] >= 6 * p + 1) & (positions[:, child] <= 6 * p + 6)).all())
+
+
+def test_server_edges_of_each_clients_mashed_graphs_stay_in_its_own_nodes():
+    uploads = {0: torch.randn(3, SIZE, 4), 2: torch.randn(5, SIZE, 4), 7: torch.randn(1, SIZE, 4)}
+    x, edges, owner = server_graph(uploads, 2, 6)
+    assert x.shape == (9 * SIZE, 4) and owner.tolist().count(2) == 5 * SIZE
+    assert torch.equal(owner[edges[0]], owner[edges[1]])
+    start = 0
+    for client in sorted(uploads):  # client j's features sit at j's own node range, in order
+        block = uploads[client].reshape(-1, 4)
+        assert torch.equal(x[start:start + len(block)], block)
+        assert bool((owner[start:start + len(block)] == client).all())
+        start += len(block)
+
+
+@require("Cora")
+def test_label_skew_split_follows_fedegos_protocol(cora):
+    options = parse_partition({"name": "fedego_label", "test_num": 100})
+    artifact = build_partition(cora, options, 5, seed=0)
+    assert len(artifact.global_test_ids) == int(cora.graph.num_nodes * 0.3)  # Cora: no isolated
+    test_sets = [set(ids[s == 2].tolist()) for ids, s in
+                 zip(artifact.client_ids, artifact.client_splits, strict=True)]
+    everything = set(artifact.global_test_ids.tolist())
+    for i, tests in enumerate(test_sets):
+        assert len(tests) == 100 and not tests & everything
+        everything |= tests
+        for later in artifact.client_ids[i + 1:]:  # a local test node is gone for later clients
+            assert not tests & set(later.tolist())
+    fed = materialize(cora, artifact)
+    for client in fed.clients:
+        degree = torch.bincount(client.graph.edge_index[0], minlength=client.graph.num_nodes)
+        assert bool((degree > 0).all())  # connectivity filter
+    small = parse_partition({"name": "fedego_label", "test_num": 20, "client_size": 0.1})
+    for ids in build_partition(cora, small, 5, seed=0).client_ids:  # 80 % from 3 major labels
+        counts = torch.bincount(cora.graph.y[ids], minlength=7)
+        assert counts.sort(descending=True).values[:3].sum() >= 0.75 * len(ids)
+
+
+@require("Cora")
+def test_louvain_split_gives_n_plus_1_disjoint_parts_with_part_0_as_the_test_graph(cora):
+    artifact = build_partition(cora, parse_partition({"name": "fedego_louvain"}), 5, seed=0)
+    parts = [artifact.global_test_ids, *artifact.client_ids]
+    every = torch.cat(parts)
+    assert len(every) == cora.graph.num_nodes == len(every.unique())
+    sizes = [len(p) for p in parts]
+    assert max(sizes) <= cora.graph.num_nodes // 6 + 20
+    for splits in artifact.client_splits:
+        assert torch.equal(splits[-200:], torch.full((200,), 2))
+        assert bool((splits[:-200] == 0).all())
+    with pytest.raises(ValueError, match="part 0"):
+        parse_partition({"name": "fedego_louvain", "global_test": 0.2})
+
+
+def _federation(*overrides):
+    config = load_config("configs/fedego-cora.yaml",
+                         ["model.hidden=16", "partition.test_num=50", "rounds=2", "device=cpu",
+                          "local_epochs=1", *overrides])
+    return build_federation(config, 0)
+
+
+@require("Cora")
+def test_theta_is_the_same_on_every_client_after_each_round_and_phi_is_personal():
+    fed = _federation()
+    runtime = fed.runtime
+    for rnd in (1, 2):
+        fed.fit_round(rnd)
+        message = runtime.server.configure_evaluate(rnd, [0])[0]
+        deployed = [runtime.client.current(message, ctx) for ctx in runtime.contexts]
+        for params in deployed:
+            theta, _ = split_params(params)
+            for k, v in runtime.server.theta.items():
+                assert torch.equal(theta[k], v)
+        _, phi0 = split_params(deployed[0])
+        _, phi1 = split_params(deployed[1])
+        assert any(not torch.equal(phi0[k], phi1[k]) for k in phi0)
+
+
+@require("Cora")
+def test_phi_is_mixed_by_each_clients_own_lambda():
+    fed = _federation()
+    runtime = fed.runtime
+    fed.fit_round(1)
+    message = runtime.server.configure_fit(2, [0])[0]
+    ctx = runtime.contexts[0]
+    own = label_distribution(ctx.data.y, 7)
+    lam = mixing_weight(own, runtime.server.distribution, runtime.client.options)
+    assert 0 < lam < 1
+    _, before = split_params(ctx.state["params"])
+    _, after = split_params(runtime.client.current(message, ctx))
+    for k, v in runtime.server.phi.items():
+        assert torch.allclose(after[k], lam * v + (1 - lam) * before[k], atol=1e-6)
+
+
+@require("Cora")
+def test_soft_labels_sum_to_one_and_upload_bytes_match_the_message_shapes():
+    fed = _federation("batch_size=16")
+    line = fed.fit_round(1)
+    ctx = fed.runtime.contexts[0]
+    options = fed.runtime.client.options
+    view_x, view_y = mashed_ego_graphs(ego_view(ctx.data, options), fed.trainer.model,
+                                       split_params(ctx.state["params"])[0], 7, 16, options)
+    assert view_x.shape[1:] == (SIZE, 16) and view_y.shape[1:] == (SIZE, 7)
+    assert torch.allclose(view_y.sum(-1), torch.ones(len(view_y), SIZE))
+    mashed = line["server"]["mashed_graphs"]
+    trains = [c.data.num_samples("train") for c in fed.runtime.contexts]
+    assert mashed == sum(-(-n // 16) for n in trains)  # one mashed graph per batch of 16 centres
+    ego = line["server"]["upload_ego_bytes"]
+    assert ego == mashed * SIZE * (16 + 7) * 4
+    theta = sum(v.numel() * 4 for k, v in fed.trainer.initial_params().items()
+                if k.startswith(REDUCTION))
+    assert line["bytes_up"] == ego + 5 * (theta + 2 * 8)  # Θ_i and two scalars per client
+
+
+@require("Cora")
+def test_smaller_batches_upload_more_ego_graph_bytes():
+    ego = {b: _federation(f"batch_size={b}").fit_round(1)["server"]["upload_ego_bytes"]
+           for b in (8, 32)}
+    assert ego[8] > 3.5 * ego[32]
+
+
+@require("Cora")
+def test_ablation_switches_change_what_is_uploaded_and_mixed():
+    no_mixup = _federation("fedego.mixup=false", "fedego.noise_sigma=0")
+    no_mixup.fit_round(1)
+    ctx = no_mixup.runtime.contexts[0]
+    _, y = mashed_ego_graphs(ego_view(ctx.data, no_mixup.runtime.client.options),
+                             no_mixup.trainer.model, split_params(ctx.state["params"])[0], 7, 32,
+                             no_mixup.runtime.client.options)
+    assert set(y.unique().tolist()) <= {0.0, 1.0}  # a single ego-graph's one-hot labels
+    frozen = _federation("fedego.average_reduction=false")
+    frozen.fit_round(1)
+    message = frozen.runtime.server.configure_fit(2, [0])[0]
+    ctx = frozen.runtime.contexts[0]
+    theta_kept, _ = split_params(frozen.runtime.client.current(message, ctx))
+    theta_own, _ = split_params(ctx.state["params"])
+    assert all(torch.equal(theta_kept[k], theta_own[k]) for k in theta_own)
