@@ -1,16 +1,23 @@
 """FedEgo's node-classification baselines: the mlp_sage model, adaptive FedProx, D-FedGNN,
 FedGCN and GraphFL. Mechanics on small real data (Cora, METIS, a few clients) plus smoke runs."""
 
+import json
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
+from torch_geometric.data import Data
+from torch_geometric.utils import to_undirected
 
-from graphfed.algorithms.base import Message
+from graphfed.algorithms.base import ClientContext, Message, Setup, get_algorithm
+from graphfed.algorithms.fedgcn import neighbour_mean
 from graphfed.algorithms.fedprox import AdaptiveProximalTerm, adapt_mu, normalised_distance
+from graphfed.algorithms.graphfl import meta_gradient, support_query
 from graphfed.config import load_config
-from graphfed.experiment import build_federation
+from graphfed.experiment import build_federation, run_experiment
 from graphfed.models.gnn import ModelOptions, build_model
+from graphfed.training.batches import NodeBatch
 from tests.conftest import require
 
 SMALL = ["dataset=Cora", "partition=metis", "device=cpu", "model.name=mlp_sage",
@@ -139,3 +146,149 @@ def test_dfedgnn_client_trains_from_the_mean_of_its_ring():
     current = client.current(message, fed.runtime.contexts[c])
     ring = [server.models[(c - 1) % 4], own, server.models[(c + 1) % 4]]
     assert torch.allclose(current["reduction.bias"], sum(m["reduction.bias"] for m in ring) / 3)
+
+
+# ---------------------------------------------------------------- FedGCN
+
+def _toy_context(client_id, global_ids, x, edges):
+    graph = Data(x=x, edge_index=to_undirected(torch.tensor(edges).t()), num_nodes=len(x))
+    data = SimpleNamespace(graph=graph, global_ids=torch.tensor(global_ids), x=x.clone())
+    return ClientContext(client_id, data, {}, trainer=None)
+
+
+@pytest.mark.parametrize("hops", [1, 2])
+def test_fedgcn_features_are_neighbour_means_over_all_clients(hops):
+    """Two clients share global node 2; its features must see node 1 (client A) and node 3
+    (client B), as a direct D^-1 (A + I) X over the union of the clients' graphs does."""
+    torch.manual_seed(0)
+    x = torch.randn(5, 4)
+    union = [(0, 1), (1, 2), (2, 3), (3, 4)]
+    a = _toy_context(0, [0, 1, 2], x[[0, 1, 2]], [(0, 1), (1, 2)])
+    b = _toy_context(1, [2, 3, 4], x[[2, 3, 4]], [(0, 1), (1, 2)])  # 2-3, 3-4 in global ids
+    algorithm = get_algorithm("fedgcn")
+    setup = Setup(level="node", num_clients=2, num_classes=2,
+                  initial_params={"w": torch.zeros(1)}, options=algorithm.options(hops=hops))
+    server, client = algorithm.server(setup), algorithm.client(setup)
+    asks = server.configure_setup([0, 1])
+    server.aggregate_setup({c: client.answer_setup(asks[c], ctx) for c, ctx in enumerate((a, b))})
+    messages = server.configure_fit(1, [0, 1])
+    edge_index = to_undirected(torch.tensor(union).t())
+    expected = neighbour_mean(x, edge_index, 5)  # the first hop over the union graph
+    for c, ctx in enumerate((a, b)):
+        stripped, view = client._with_features(messages[c], ctx)
+        assert set(stripped.tensors) == {"w"}
+        own = ctx.data.global_ids
+        want = expected[own]
+        if hops == 2:  # the second hop over the client's own edges
+            want = neighbour_mean(want, ctx.data.graph.edge_index, len(own))
+        assert torch.allclose(view.data.x, want, atol=1e-6)
+    # node 2 really gained: its local mean in client A differs from the global one
+    assert not torch.allclose(neighbour_mean(a.data.graph.x, a.data.graph.edge_index, 3)[2],
+                              expected[2])
+    server.aggregate_fit(1, {0: Message({"w": torch.ones(1)}, {"num_samples": 1,
+                                                               "fedgcn_ready": True})})
+    assert set(server.configure_fit(2, [0, 1])[0].tensors) == {"w"}  # sent once
+    assert "fedgcn_features.sums" in server.configure_fit(2, [0, 1])[1].tensors
+
+
+@require("Cora")
+def test_fedgcn_on_a_disjoint_partition_equals_local_aggregation():
+    """METIS clients share no node and have lost their cross edges: the exchanged features are
+    exactly the model's local hop means (what prepare gives every graph, the global test too)."""
+    fed = _federation("algorithm=fedgcn", "fedgcn.hops=2", "model.name=gcn")
+    line = fed.setup()
+    assert line is not None and line["bytes_up"] > 0
+    fed.fit_round(1)
+    for ctx in fed.runtime.contexts:
+        assert torch.allclose(ctx.state["fedgcn_features"], ctx.data.x, atol=1e-5)
+    assert fed.runtime.server.ready == {0, 1, 2}
+
+
+@require("Cora")
+def test_fedgcn_with_zero_hops_is_fedavg_of_the_same_gcn():
+    common = ["model.name=gcn", "model.layers=2", "rounds=2"]
+    gcn = _federation("algorithm=fedgcn", "fedgcn.hops=0", *common)
+    avg = _federation("algorithm=fedavg", *common)
+    assert gcn.setup() is None
+    for rnd in (1, 2):
+        gcn.fit_round(rnd)
+        avg.fit_round(rnd)
+    ours, theirs = gcn.runtime.server.global_params(), avg.runtime.server.global_params()
+    assert set(ours) == set(theirs)
+    for k in ours:
+        assert torch.allclose(ours[k], theirs[k], atol=1e-6), k
+
+
+# ---------------------------------------------------------------- GraphFL
+
+def test_support_and_query_are_disjoint_with_the_asked_sizes():
+    index = torch.arange(100, 400)
+    support, query = support_query(index, 80, 80)
+    assert len(support) == 80 and len(query) == 80
+    assert not set(support.tolist()) & set(query.tolist())
+    assert set(support.tolist()) | set(query.tolist()) <= set(index.tolist())
+    support, query = support_query(torch.arange(50), 80, 80)  # too few: shrink in proportion
+    assert len(support) == 25 and len(query) == 25
+    assert not set(support.tolist()) & set(query.tolist())
+
+
+@require("Cora")
+def test_graphfl_meta_gradient_is_the_query_gradient_at_the_adapted_weights():
+    fed = _federation("algorithm=graphfl", "model.dropout=0")
+    trainer, data = fed.trainer, fed.runtime.contexts[0].data
+    params = trainer.initial_params()
+    trainer.model.train()
+    support, query = support_query(data.index["train"], 80, 80)
+
+    def grad_at(p, nodes):
+        live = {k: v.clone().requires_grad_(True) for k, v in p.items()}
+        batch = NodeBatch(data.x, data.edge_index, data.edge_weight, data.y, nodes)
+        loss = torch.nn.functional.cross_entropy(trainer.forward(live, batch), batch.targets)
+        return dict(zip(live, torch.autograd.grad(loss, list(live.values())), strict=True))
+
+    # inner step by hand, then the query gradient there (first order)
+    g = grad_at(params, support)
+    adapted = {k: v - 0.1 * g[k] for k, v in params.items()}
+    want = grad_at(adapted, query)
+    meta, _ = meta_gradient(trainer, params, data, support, query, 0.1, 1, first_order=True)
+    for k in params:
+        assert torch.allclose(meta[k], want[k], atol=1e-6), k
+    # second order differs (it differentiates through the inner step) but agrees in size
+    second, _ = meta_gradient(trainer, params, data, support, query, 0.1, 1, first_order=False)
+    assert any(not torch.allclose(second[k], meta[k]) for k in params)
+    assert all(second[k].shape == meta[k].shape for k in params)
+
+
+@require("Cora")
+def test_graphfl_client_applies_the_meta_gradient_and_evaluation_fine_tunes():
+    fed = _federation("algorithm=graphfl", "model.dropout=0", "optimizer.name=sgd",
+                      "optimizer.lr=0.5", "optimizer.weight_decay=0", "graphfl.inner_lr=0.1")
+    client, ctx = fed.runtime.client, fed.runtime.contexts[0]
+    params = fed.trainer.initial_params()
+    torch.manual_seed(3)
+    reply = client.fit(Message(tensors=params), ctx)
+    torch.manual_seed(3)  # the same support/query draw
+    support, query = support_query(ctx.data.index["train"], 80, 80)
+    meta, _ = meta_gradient(fed.trainer, params, ctx.data, support, query, 0.1)
+    for k, v in params.items():  # one SGD meta-step of size 0.5
+        assert torch.allclose(reply.tensors[k], v - 0.5 * meta[k], atol=1e-5), k
+    tuned = client.evaluate(Message(tensors=params), ctx)
+    plain = client.evaluate_params(params, ctx)
+    assert tuned["test"]["loss"] != plain["test"]["loss"]  # fine-tuned before testing
+
+
+# ---------------------------------------------------------------- end to end
+
+@require("Cora")
+@pytest.mark.parametrize("method", ["d-fedgnn", "fedgcn", "graphfl", "fedprox"])
+def test_baselines_run_end_to_end(tmp_path, method):
+    extra = ["fedprox.adaptive=true"] if method == "fedprox" else []
+    config = load_config(None, [*SMALL, "num_clients=3", f"algorithm={method}", "rounds=2",
+                                "eval_every=1", "name=b", "partition.global_test=0.2", *extra])
+    run_dir, summary = run_experiment(config, tmp_path, progress=False)
+    final = summary["final"]
+    assert summary["rounds"] == 2 and final["bytes_up"] > 0
+    assert 0.0 <= final["test_acc"] <= 1.0 and math.isfinite(final["test_loss"])
+    assert ("global_test_acc" in final) == (method != "d-fedgnn")  # D-FedGNN: no global model
+    first = json.loads((run_dir / "seed-0" / "metrics.jsonl").read_text().splitlines()[0])
+    assert (first["round"] == 0) == (method == "fedgcn")  # only FedGCN has a setup exchange

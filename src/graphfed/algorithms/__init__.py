@@ -6,11 +6,13 @@ from graphfed.algorithms import (  # noqa: F401  (register)
     dw,
     fedego,
     fedavg,
+    fedgcn,
     fedprox,
     fedsage,
     fedstar,
     fgfl,
     gcfl,
+    graphfl,
     local,
     rffl,
 )

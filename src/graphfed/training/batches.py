@@ -60,6 +60,9 @@ class PreparedNodeClient:
         self.y = client.graph.y.to(device)
         self.index = {s: torch.nonzero(getattr(client.graph, f"{s}_mask")).view(-1).to(device)
                       for s in SPLITS}
+        # the raw subgraph and its nodes' ids in the full graph, for methods that exchange
+        # per-node statistics before training (FedGCN); not moved to the device
+        self.graph, self.global_ids = client.graph, client.global_ids
 
     def num_samples(self, split: str) -> int:
         return len(self.index[split])
