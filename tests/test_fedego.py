@@ -252,3 +252,15 @@ def test_ablation_switches_change_what_is_uploaded_and_mixed():
     theta_kept, _ = split_params(frozen.runtime.client.current(message, ctx))
     theta_own, _ = split_params(ctx.state["params"])
     assert all(torch.equal(theta_kept[k], theta_own[k]) for k in theta_own)
+
+
+@require("Cora")
+def test_without_ego_the_reduction_is_sage_and_uploads_carry_no_structure():
+    fed = _federation("fedego.ego=false")
+    line = fed.fit_round(1)
+    server = fed.runtime.server
+    assert set(server.theta) >= {"convs.0.lin_l.weight", "convs.1.lin_r.weight"}
+    assert server.size == 1 and line["server"]["upload_ego_bytes"] == (
+        line["server"]["mashed_graphs"] * (16 + 7) * 4)
+    evaluation = fed.evaluate(1)
+    assert 0.0 <= evaluation["test_acc"] <= 1.0 and "client_global_test_acc" in evaluation

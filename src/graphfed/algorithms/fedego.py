@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor
+from torch.func import functional_call
 
 from graphfed.algorithms.base import (
     Algorithm,
@@ -34,6 +35,7 @@ from graphfed.models.ego import (
     FedEgoNet,
     NeighbourSampler,
     PersonalLayers,
+    PersonalMLP,
     batched_tree_edges,
     mash,
     tree_size,
@@ -48,6 +50,8 @@ REDUCTION, PERSONAL = "reduction.", "personal."
 class FedEgoOptions(AlgorithmOptions):
     hops: int = Field(2, ge=1, description="ego-graph depth k")
     fanout: int = Field(6, ge=1, description="neighbours sampled per node and hop (replacement)")
+    ego: bool = Field(True, description="ego-graph personalisation layers; false: FedEgo w/o "
+                      "EGO (SAGE reduction layers, MLP personalisation, centre uploads)")
     mixup: bool = Field(True, description="upload the batch mean of aligned ego-graphs; false: "
                         "the batch's first ego-graph (FedEgo w/o Mixup)")
     linear: bool = Field(False, description="no activation between the SAGE layers "
@@ -76,7 +80,7 @@ def build_fedego_net(level: str, in_dim: int, num_classes: int, opts, options: F
     if level != "node":
         raise ValueError("FedEgo is a node-classification method")
     return FedEgoNet(in_dim, opts.hidden, num_classes, opts.dropout, options.linear,
-                     options.fanout)
+                     options.fanout, options.ego)
 
 
 def split_params(params: Params) -> tuple[Params, Params]:
@@ -165,19 +169,23 @@ def mashed_ego_graphs(view: EgoView, model, theta: Params, num_classes: int, bat
     """The upload: one mashed ego-graph per batch of training centres, (M, size, h) embeddings
     and (M, size, C) soft labels, from the post-training Θ_i in eval mode."""
     data = view.data
-    weight, bias = theta["weight"], theta["bias"]
-    reduced = F.relu(F.linear(data.x, weight, bias))
+    if options.ego:  # every node's reduced embedding, read at each tree position
+        reduced = F.relu(functional_call(model.reduction, theta, (data.x,)))
     index = data.index["train"]
     index = index[torch.randperm(len(index), device=index.device)]
     embeddings, labels = [], []
     for chunk in index.split(batch_size):
         nodes = view.sampler.sample(chunk)  # (b, size), aligned by position
-        onehot = F.one_hot(data.y[nodes], num_classes).float()
+        if options.ego:
+            values, onehot = reduced[nodes], F.one_hot(data.y[nodes], num_classes).float()
+        else:  # w/o EGO: the centres' embeddings from the SAGE reduction, no structure
+            values = functional_call(model.reduction, theta, (data.x[nodes],)).unsqueeze(1)
+            onehot = F.one_hot(data.y[chunk], num_classes).float().unsqueeze(1)
         if options.mixup:
-            embeddings.append(mash(reduced[nodes]))
+            embeddings.append(mash(values))
             labels.append(mash(onehot))
         else:
-            embeddings.append(reduced[nodes[0]])
+            embeddings.append(values[0])
             labels.append(onehot[0])
     x, y = torch.stack(embeddings), torch.stack(labels)
     if options.noise_sigma > 0:
@@ -245,11 +253,14 @@ class FedEgoServer(Server):
         theta, phi = split_params(setup.initial_params)
         self.theta = {k: v.clone() for k, v in theta.items()}
         self.phi = {k: v.clone() for k, v in phi.items()}
-        hidden = self.theta["weight"].shape[0]
-        self.size = tree_size(self.options.hops, self.options.fanout)
-        module = PersonalLayers(hidden, setup.num_classes, layers=len(
-            {k.split(".")[1] for k in self.phi if k.startswith("convs.")}),
-            linear=self.options.linear, fanout=self.options.fanout).to(self.theta["weight"].device)
+        hidden = self.phi["classifier.weight"].shape[1]
+        o = self.options
+        self.size = tree_size(o.hops, o.fanout) if o.ego else 1
+        layers = len({k.split(".")[1] for k in self.phi if k.startswith("convs.")})
+        module = (PersonalLayers(hidden, setup.num_classes, layers, linear=o.linear,
+                                 fanout=o.fanout) if o.ego
+                  else PersonalMLP(hidden, setup.num_classes))
+        module = module.to(self.phi["classifier.weight"].device)
         self.trainer = Trainer(module, OptimizerOptions(lr=self.options.server_lr,
                                                         weight_decay=0.0, persistent=True),
                                setup.num_classes)
@@ -273,7 +284,7 @@ class FedEgoServer(Server):
     configure_evaluate = configure_fit
 
     def reply_spec(self, client):
-        hidden = self.theta["weight"].shape[0]
+        hidden = self.phi["classifier.weight"].shape[1]
         spec = {REDUCTION + k: (tuple(v.shape), v.dtype) for k, v in self.theta.items()}
         spec["mashed_x"] = ((-1, self.size, hidden), torch.float32)
         spec["mashed_y"] = ((-1, self.size, self.setup.num_classes), torch.float32)

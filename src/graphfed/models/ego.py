@@ -72,20 +72,19 @@ def mash(values: Tensor) -> Tensor:
     return values.mean(dim=0)
 
 
-class PersonalLayers(nn.Module):
-    """FedEgo's personalisation layers Φ: ``layers`` SAGE layers and a bias-free classifier.
+class TreeSAGE(nn.Module):
+    """SAGE layers (PyG ``SAGEConv``: mean of neighbours through ``lin_l``, root through
+    ``lin_r``) over a graph (node features + edges) or over a batch of ego-trees (trees,
+    tree_size, d), for which only the positions that reach the centre are computed — one level
+    less per layer — and the centres' outputs (trees, d_out) are returned.
 
-    ``linear`` drops the activation between the SAGE layers (FedEgo-Linear, Theorem 4.1); the
-    activation after the last one stays, as in FedEgo's code. Input is either a graph (node
-    features + edges) or a batch of ego-trees (trees, tree_size, h), for which only the
-    positions that reach the centre are computed: one level less per layer."""
+    ``linear`` drops the activation between layers (FedEgo-Linear, Theorem 4.1); the activation
+    after the last layer stays, as in FedEgo's code."""
 
-    def __init__(self, hidden: int, num_classes: int, layers: int = 2, dropout: float = 0.5,
-                 linear: bool = False, fanout: int = 6):
+    def __init__(self, dims: list[int], linear: bool = False, fanout: int = 6):
         super().__init__()
-        self.convs = nn.ModuleList(SAGEConv(hidden, hidden) for _ in range(layers))
-        self.classifier = nn.Linear(hidden, num_classes, bias=False)
-        self.dropout, self.linear, self.fanout = dropout, linear, fanout
+        self.convs = nn.ModuleList(SAGEConv(a, b) for a, b in pairwise(dims))
+        self.linear, self.fanout = linear, fanout
 
     def _activate(self, h: Tensor, i: int) -> Tensor:
         return F.relu(h) if not self.linear or i == len(self.convs) - 1 else h
@@ -106,29 +105,69 @@ class PersonalLayers(nn.Module):
                       for node, child in pairwise(levels)]
         return levels[0][:, 0]
 
+    def embed(self, h: Tensor, edge_index: Tensor | None = None) -> Tensor:
+        if h.dim() == 3:
+            return self._trees(h)
+        for i, conv in enumerate(self.convs):
+            h = self._activate(conv(h, edge_index), i)
+        return h
+
+    def forward(self, h: Tensor, edge_index: Tensor | None = None) -> Tensor:
+        return self.embed(h, edge_index)
+
+
+class PersonalLayers(TreeSAGE):
+    """FedEgo's personalisation layers Φ: ``layers`` SAGE layers and a bias-free classifier."""
+
+    def __init__(self, hidden: int, num_classes: int, layers: int = 2, dropout: float = 0.5,
+                 linear: bool = False, fanout: int = 6):
+        super().__init__([hidden] * (layers + 1), linear, fanout)
+        self.classifier = nn.Linear(hidden, num_classes, bias=False)
+        self.dropout = dropout
+
+    def forward(self, h: Tensor, edge_index: Tensor | None = None,
+                edge_weight: Tensor | None = None) -> Tensor:
+        return self.classifier(F.dropout(self.embed(h, edge_index), self.dropout, self.training))
+
+
+class PersonalMLP(nn.Module):
+    """Φ of FedEgo w/o EGO: a hidden layer and a bias-free classifier on (already aggregated)
+    node embeddings; uploads of shape (trees, 1, h) are read at their single position."""
+
+    def __init__(self, hidden: int, num_classes: int, dropout: float = 0.5):
+        super().__init__()
+        self.hidden = nn.Linear(hidden, hidden)
+        self.classifier = nn.Linear(hidden, num_classes, bias=False)
+        self.dropout = dropout
+
     def forward(self, h: Tensor, edge_index: Tensor | None = None,
                 edge_weight: Tensor | None = None) -> Tensor:
         if h.dim() == 3:
-            h = self._trees(h)
-        else:
-            for i, conv in enumerate(self.convs):
-                h = self._activate(conv(h, edge_index), i)
+            h = h[:, 0]
+        h = F.relu(self.hidden(h))
         return self.classifier(F.dropout(h, self.dropout, self.training))
 
 
 class FedEgoNet(nn.Module):
-    """Reduction layers Θ (a linear map + ReLU, shared by FedAvg) and personalisation layers Φ.
+    """Reduction layers Θ (shared by FedAvg) and personalisation layers Φ.
 
-    ``forward(x, edge_index)`` runs on a whole client graph (full-neighbourhood evaluation);
-    with ``positions`` (trees, tree_size) it reads ego-trees whose position p holds node
-    ``positions[:, p]`` of ``x``, so each distinct node is reduced once."""
+    FedEgo: Θ is a linear map + ReLU applied to every node, Φ SAGE layers on the ego-trees of
+    reduced embeddings. ``ego=False`` (FedEgo w/o EGO): Θ is the SAGE stack on the raw ego-trees
+    and Φ an MLP on the centres' embeddings. ``forward(x, edge_index)`` runs on a whole client
+    graph (full-neighbourhood evaluation); with ``positions`` (trees, tree_size) it reads
+    ego-trees whose position p holds node ``positions[:, p]`` of ``x``."""
 
     def __init__(self, in_dim: int, hidden: int, num_classes: int, dropout: float = 0.5,
-                 linear: bool = False, fanout: int = 6):
+                 linear: bool = False, fanout: int = 6, ego: bool = True):
         super().__init__()
-        self.reduction = nn.Linear(in_dim, hidden)
-        self.personal = PersonalLayers(hidden, num_classes, dropout=dropout, linear=linear,
-                                       fanout=fanout)
+        self.ego = ego
+        if ego:
+            self.reduction: nn.Module = nn.Linear(in_dim, hidden)
+            self.personal: nn.Module = PersonalLayers(hidden, num_classes, dropout=dropout,
+                                                      linear=linear, fanout=fanout)
+        else:
+            self.reduction = TreeSAGE([in_dim, hidden, hidden], linear, fanout)
+            self.personal = PersonalMLP(hidden, num_classes, dropout)
         self.dropout = dropout
         for module in self.modules():  # FedEgo's code: Kaiming-normal weight matrices
             if isinstance(module, nn.Linear):
@@ -137,12 +176,13 @@ class FedEgoNet(nn.Module):
     def prepare(self, graph):
         return graph
 
-    def reduce(self, x: Tensor) -> Tensor:
-        return F.relu(self.reduction(x))
-
     def forward(self, x: Tensor, edge_index: Tensor | None = None,
                 edge_weight: Tensor | None = None, positions: Tensor | None = None) -> Tensor:
-        h = self.reduce(x)
-        if positions is not None:
-            h = h[positions]
+        if not self.ego:
+            h = self.reduction(x if positions is None else x[positions], edge_index)
+        else:
+            h = F.relu(self.reduction(x))
+            if positions is not None:
+                h = h[positions]
         return self.personal(F.dropout(h, self.dropout, self.training), edge_index)
+
