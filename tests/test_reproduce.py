@@ -89,3 +89,33 @@ def test_fairness_on_the_global_test_set_uses_every_agents_global_accuracy(tmp_p
     assert any(r["metric"] == "gradient_fairness" and r["method"] == "fgfl" for r in rows)
     with pytest.raises(GraphfedError, match="local"):
         reproduce("fgfl-ablation", fairness_on="nowhere")
+
+
+def test_fedego_presets_carry_the_papers_tables():
+    preset = get_preset("fedego-table2-3")
+    assert preset.paper[("fedego", "Cora", "local_f1")] == ".9577"
+    assert preset.paper[("fedgcn", "CiteSeer", "global_f1")] == ".6614"
+    assert ("fedsage+", "CoraFull", "local_f1") not in preset.paper  # OOM in the paper
+    assert [v.method for v in preset.variants][-1] == "fedego" and len(preset.variants) == 9
+    batch = get_preset("fedego-batch")
+    assert batch.paper[("fedego[b=8]", "Cora", "ego_mib")] == "6071"
+    assert get_preset("fedego-table4-5").paper[("fedavg", "Cora", "global_f1")] == ".728"
+
+
+@require("Cora")
+def test_tiny_fedego_reproduction_reports_max_and_final_f1_and_upload_mib(tmp_path, monkeypatch):
+    preset = get_preset("fedego-batch")
+    monkeypatch.setattr(preset, "base", [*preset.base, "model.hidden=16", "local_epochs=1",
+                                         "partition.test_num=50"])
+    monkeypatch.setattr(preset, "quick", ["rounds=3", "eval_every=1"])
+    out, rows, skipped = reproduce("fedego-batch", methods=["fedego[b=32]"], datasets=["Cora"],
+                                   seeds=1, quick=True, out=tmp_path / "e", progress=False)
+    cells = {r["metric"]: r["ours_mean"] for r in rows}
+    assert not skipped and set(cells) >= {"local_f1", "global_f1", "local_f1_final",
+                                          "global_f1_final", "ego_mib", "param_mib", "minutes"}
+    assert cells["local_f1"] >= cells["local_f1_final"] and cells["global_f1"] >= cells[
+        "global_f1_final"]
+    assert cells["ego_mib"] > 0 and cells["param_mib"] > 0
+    assert (out / "f1_curves.png").stat().st_size > 0
+    with (out / "table.csv").open() as f:
+        assert tuple(next(csv.DictReader(f))) == COLUMNS
