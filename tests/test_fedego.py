@@ -167,6 +167,9 @@ def test_louvain_split_gives_n_plus_1_disjoint_parts_with_part_0_as_the_test_gra
         assert bool((splits[:-200] == 0).all())
     with pytest.raises(ValueError, match="part 0"):
         parse_partition({"name": "fedego_louvain", "global_test": 0.2})
+    config = load_config(None, ["dataset=Cora", "algorithm=fedego", "partition=fedego_louvain",
+                                "client_global_eval=true"])  # part 0 is a global test graph
+    assert config.partition.has_global_test
 
 
 def _federation(*overrides):

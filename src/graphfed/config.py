@@ -131,7 +131,7 @@ class ExperimentConfig(BaseModel):
             raise ValueError(f"model '{self.model.name}' does not fit the {level}-level dataset "
                              f"'{self.dataset}'; choose one of: {', '.join(valid)}")
         check_partition_level(self.partition, level)
-        if self.client_global_eval and self.partition.global_test == 0:
+        if self.client_global_eval and not self.partition.has_global_test:
             raise ValueError("client_global_eval needs a global test set "
                              "(partition.global_test > 0)")
         if self.csbm is not None and self.dataset not in SYNTHETIC:

@@ -55,6 +55,10 @@ class PartitionBase(BaseModel):
         """Client index sets over the items ``labels`` describes (``graph``: node level only)."""
         raise NotImplementedError
 
+    @property
+    def has_global_test(self) -> bool:
+        return self.global_test > 0
+
     def plan(self, graph: Data, num_clients: int, seed: int,
              rng: np.random.Generator) -> SplitPlan | None:
         """A whole split (global test, clients, their local tests) for partitions that decide
@@ -157,6 +161,10 @@ class FedEgoLouvainPartition(PartitionBase):
             raise ValueError("fedego_louvain takes part 0 as the global test graph; leave "
                              "global_test unset")
         return v
+
+    @property
+    def has_global_test(self) -> bool:
+        return True
 
     def plan(self, graph, num_clients, seed, rng):
         return louvain_plan(graph, num_clients, self.test_num, seed, self.delta)
