@@ -9,6 +9,7 @@ from graphfed.algorithms import (  # noqa: F401  (register)
     fedgcn,
     fedprox,
     fedsage,
+    fedsage_plus,
     fedstar,
     fgfl,
     gcfl,
