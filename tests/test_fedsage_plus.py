@@ -169,6 +169,21 @@ def test_final_generator_mends_every_client_then_stops_travelling():
             assert torch.equal(mended.index[s], ctx.data.index[s])
     assert all(not k.startswith(GEN) for k in server.configure_fit(2, [0, 1, 2])[0].tensors)
     assert gen_bytes > 0
+    # a resumed client (state loaded without the prepared view) rebuilds it from the mended graph
+    ctx = fed.runtime.contexts[0]
+    before = ctx.state.pop(MENDED_DATA)
+    client = fed.runtime.client
+    metrics = client.evaluate(server.configure_evaluate(2, [0])[0], ctx)
+    assert torch.equal(ctx.state[MENDED_DATA].x, before.x) and "test" in metrics
+
+
+def test_zero_generator_rounds_is_plain_fedsage():
+    algorithm = get_algorithm("fedsage+")
+    setup = Setup(level="node", num_clients=2, num_classes=3,
+                  initial_params={"w": torch.zeros(2)}, options=FedSagePlusOptions(gen_rounds=0))
+    server = algorithm.server(setup)
+    assert server.configure_setup([0, 1]) == {}
+    assert set(server.configure_fit(1, [0, 1])[0].tensors) == {"w"}
 
 
 @require("Cora")

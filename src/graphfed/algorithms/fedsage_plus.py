@@ -66,7 +66,8 @@ from graphfed.training.batches import PreparedNodeClient
 GEN = "gen."  # prefix of the generator's tensors in a message
 TRAIN_GEN = "fedsage+_train_gen"  # scalar: the client trains the received generator
 MENDED = "fedsage+_mended"  # reply scalar: the client has mended its graph
-IMPAIRED, MENDED_DATA = "fedsage+_impaired", "fedsage+_mended_data"
+IMPAIRED = "fedsage+_impaired"
+MENDED_GRAPH, MENDED_DATA = "fedsage+_mended_graph", "fedsage+_mended_data"
 
 
 class FedSagePlusOptions(FedAvgOptions):
@@ -376,10 +377,12 @@ class FedSagePlusClient(FedAvgClient):
     generator and trains / evaluates the classifier on the mended graph."""
 
     def _impaired(self, ctx) -> Impaired:
+        device = ctx.data.x.device
         if IMPAIRED not in ctx.state:
             o = self.options
-            ctx.state[IMPAIRED] = hide_nodes(ctx.data.graph, o.hide_portion,
-                                             o.num_pred).to(ctx.data.x.device)
+            ctx.state[IMPAIRED] = hide_nodes(ctx.data.graph, o.hide_portion, o.num_pred)
+        if ctx.state[IMPAIRED].x.device != device:  # e.g. after a resume (loaded on the CPU)
+            ctx.state[IMPAIRED] = ctx.state[IMPAIRED].to(device)
         return ctx.state[IMPAIRED]
 
     def _gen_reply(self, params, ctx) -> tuple[dict[str, Tensor], dict]:
@@ -394,17 +397,21 @@ class FedSagePlusClient(FedAvgClient):
                                                  **scalars})
 
     def _view(self, ctx):
-        """``ctx`` with the client's data showing the mended graph, once there is one."""
-        if MENDED_DATA not in ctx.state:
+        """``ctx`` with the client's data showing the mended graph, once there is one (prepared
+        on the client's device; rebuilt from the stored graph if that moved, e.g. on resume)."""
+        if MENDED_GRAPH not in ctx.state:
             return ctx
-        return replace(ctx, data=ctx.state[MENDED_DATA])
+        prepared = ctx.state.get(MENDED_DATA)
+        if prepared is None or prepared.x.device != ctx.data.x.device:
+            client = NodeClient(graph=ctx.state[MENDED_GRAPH], global_ids=ctx.data.global_ids)
+            prepared = PreparedNodeClient(client, ctx.trainer.model, ctx.data.x.device)
+            ctx.state[MENDED_DATA] = prepared
+        return replace(ctx, data=prepared)
 
     def _mend(self, gen, ctx) -> None:
         graph = mend_with(gen, ctx.data.graph, self.setup.num_classes, self.options)
-        device = ctx.data.x.device
-        client = NodeClient(graph=graph, global_ids=ctx.data.global_ids)
-        prepared = PreparedNodeClient(client, ctx.trainer.model, device)
-        ctx.state[MENDED_DATA] = prepared
+        ctx.state[MENDED_GRAPH] = graph
+        ctx.state.pop(MENDED_DATA, None)
         ctx.state["fedsage+_generated_nodes"] = graph.num_nodes - ctx.data.graph.num_nodes
 
     def fit(self, message, ctx):
@@ -416,7 +423,7 @@ class FedSagePlusClient(FedAvgClient):
         elif gen:
             self._mend(gen, ctx)
         view = self._view(ctx)
-        out = {"num_samples": view.data.num_samples("train"), MENDED: MENDED_DATA in ctx.state,
+        out = {"num_samples": view.data.num_samples("train"), MENDED: MENDED_GRAPH in ctx.state,
                **scalars}
         if train_gen and not self.options.classifier_during_gen:
             params = {k: v.clone() for k, v in classifier.items()}  # untouched this round
