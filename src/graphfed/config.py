@@ -23,6 +23,7 @@ from graphfed.data.partition import (
 from graphfed.data.synthetic import CSBMOptions
 from graphfed.errors import GraphfedError
 from graphfed.models.gnn import ModelOptions
+from graphfed.runtime.flower.options import FlowerOptions
 from graphfed.training.trainer import OptimizerOptions
 
 
@@ -56,7 +57,10 @@ class ExperimentConfig(BaseModel):
     client_global_eval: bool = Field(
         False, description="also evaluate every client's model on the global test set")
     checkpoint_every: int = Field(10, ge=0, description="0: never")
-    runtime: Literal["simulation"] = "simulation"
+    runtime: Literal["simulation", "flower-sim", "flower"] = Field(
+        "simulation", description="simulation: in-process; flower-sim: Flower's simulation "
+        "engine; flower: a SuperLink and its SuperNodes")
+    flower: FlowerOptions = Field(default_factory=FlowerOptions)
     csbm: CSBMOptions | None = None
     methods: dict[str, AlgorithmOptions] = Field(
         default_factory=dict, description="per-algorithm option sections, e.g. fedprox.mu")
@@ -217,8 +221,9 @@ def _section_class(loc: tuple) -> type[BaseModel] | None:
     head = loc[0] if loc else None
     if head == "partition" and len(loc) > 1:
         return PARTITIONS.get(loc[1])
-    if head in ("model", "optimizer", "csbm"):
-        return {"model": ModelOptions, "optimizer": OptimizerOptions, "csbm": CSBMOptions}[head]
+    if head in ("model", "optimizer", "csbm", "flower"):
+        return {"model": ModelOptions, "optimizer": OptimizerOptions, "csbm": CSBMOptions,
+                "flower": FlowerOptions}[head]
     if head in REGISTRY:
         return REGISTRY[head].options
     return None

@@ -11,6 +11,7 @@ import json
 import os
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -20,7 +21,7 @@ import numpy as np
 import torch
 import yaml
 
-from graphfed.algorithms.base import ClientContext, Setup, get_algorithm
+from graphfed.algorithms.base import Algorithm, ClientContext, Server, Setup, get_algorithm
 from graphfed.config import ConfigError, ExperimentConfig, build_config
 from graphfed.data.datasets import GraphDataset, load_dataset
 from graphfed.data.federated import FederatedData, load_or_build_partition, materialize
@@ -81,6 +82,8 @@ class Federation:
                 "dropped": record.dropped, "bytes_up": record.bytes_up,
                 "bytes_down": record.bytes_down, "train_loss": record.train_loss,
                 "train_seconds": time.perf_counter() - start}
+        if record.wire_bytes is not None:
+            line["wire_bytes_up"], line["wire_bytes_down"] = record.wire_bytes
         server = self.runtime.server.round_metrics()
         if server:
             line["server"] = server
@@ -129,26 +132,45 @@ class Federation:
         return out
 
 
-def build_federation(config: ExperimentConfig, seed: int) -> Federation:
-    device = resolve_device(config.device)
-    data = federated_data(config, seed)
+def build_algorithm(config: ExperimentConfig, seed: int, level: str, num_features: int,
+                    num_classes: int, num_clients: int, device: torch.device
+                    ) -> tuple[Algorithm, Trainer, Setup]:
+    """The algorithm, trainer and Setup of one seed. Seeded, so the server and every client,
+    in whatever process they are built, start from the same initial model."""
     seed_everything(seed)
     algorithm = get_algorithm(config.algorithm)
     if algorithm.model is None:
-        model = build_model(data.level, data.num_features, data.num_classes, config.model)
+        model = build_model(level, num_features, num_classes, config.model)
     else:
-        model = algorithm.model(data.level, data.num_features, data.num_classes, config.model,
+        model = algorithm.model(level, num_features, num_classes, config.model,
                                 config.algorithm_options())
     model = model.to(device)
-    trainer = Trainer(model, config.optimizer, data.num_classes)
-    setup = Setup(level=data.level, num_clients=data.num_clients, num_classes=data.num_classes,
+    trainer = Trainer(model, config.optimizer, num_classes)
+    setup = Setup(level=level, num_clients=num_clients, num_classes=num_classes,
                   initial_params=trainer.initial_params(),
                   options=config.algorithm_options(), local_epochs=config.local_epochs,
                   batch_size=config.batch_size)
-    global_test = (prepare_client(data.global_test, model, device)
+    return algorithm, trainer, setup
+
+
+RuntimeFactory = Callable[[Server, ExperimentConfig, int], Runtime]
+
+
+def build_federation(config: ExperimentConfig, seed: int,
+                     make_runtime: RuntimeFactory | None = None) -> Federation:
+    """One seed's federation; in-process clients unless ``make_runtime`` supplies a runtime
+    whose clients live elsewhere (Flower)."""
+    device = resolve_device(config.device)
+    data = federated_data(config, seed)
+    algorithm, trainer, setup = build_algorithm(config, seed, data.level, data.num_features,
+                                                data.num_classes, data.num_clients, device)
+    global_test = (prepare_client(data.global_test, trainer.model, device)
                    if data.global_test is not None else None)
+    if make_runtime is not None:
+        runtime = make_runtime(algorithm.server(setup), config, seed)
+        return Federation(config, seed, data, trainer, runtime, global_test)
     shared = global_test if config.client_global_eval else None
-    contexts = [ClientContext(i, prepare_client(c, model, device), {}, trainer, shared)
+    contexts = [ClientContext(i, prepare_client(c, trainer.model, device), {}, trainer, shared)
                 for i, c in enumerate(data.clients)]
     runtime = SimulationRuntime(algorithm.server(setup), algorithm.client(setup), contexts,
                                 config.client_fraction, seed)
@@ -300,8 +322,9 @@ def combine_seeds(config: ExperimentConfig, summaries: list[dict]) -> dict:
     }
 
 
-def _execute(config: ExperimentConfig, run_dir: Path, first: Federation | None,
-             progress: bool, resume: bool) -> dict:
+def execute(config: ExperimentConfig, run_dir: Path, first: Federation | None,
+            progress: bool, resume: bool, make_runtime: RuntimeFactory | None = None) -> dict:
+    """Run (or resume) every seed of ``config`` into ``run_dir``; returns the top summary."""
     summaries = []
     with RoundProgress(config.rounds, len(config.run_seeds), enabled=progress) as bar:
         for seed in config.run_seeds:
@@ -310,7 +333,7 @@ def _execute(config: ExperimentConfig, run_dir: Path, first: Federation | None,
                 summaries.append(json.loads((seed_dir / "summary.json").read_text()))
                 continue
             fed = first if first is not None and first.seed == seed else build_federation(
-                config, seed)
+                config, seed, make_runtime)
             summaries.append(run_seed(fed, seed_dir, bar, resume=resume))
     summary = combine_seeds(config, summaries)
     _write_json(run_dir / "summary.json", summary)
@@ -324,10 +347,20 @@ def run_experiment(config: ExperimentConfig, out: str | Path = "runs",
     Data and the first seed's federation are built before the run directory is created, so bad
     input never leaves a half-written directory behind.
     """
+    if config.runtime != "simulation":
+        from graphfed.runtime.flower import run_on_flower
+
+        return run_on_flower(config, Path(out), progress)
     first = build_federation(config, config.run_seeds[0])
-    run_dir = _new_run_dir(Path(out), _run_name(config))
+    run_dir = new_run_dir(config, Path(out))
+    return run_dir, execute(config, run_dir, first, progress, resume=False)
+
+
+def new_run_dir(config: ExperimentConfig, out: Path) -> Path:
+    """A fresh run directory holding the resolved ``config.yaml``."""
+    run_dir = _new_run_dir(out, _run_name(config))
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
-    return run_dir, _execute(config, run_dir, first, progress, resume=False)
+    return run_dir
 
 
 def resume_experiment(run_dir: str | Path, progress: bool = True) -> tuple[Path, dict]:
@@ -337,4 +370,7 @@ def resume_experiment(run_dir: str | Path, progress: bool = True) -> tuple[Path,
     if not config_path.is_file():
         raise ConfigError(f"'{run_dir}' is not a graphfed run directory (no config.yaml)")
     config = build_config(yaml.safe_load(config_path.read_text()))
-    return run_dir, _execute(config, run_dir, None, progress, resume=True)
+    if config.runtime != "simulation":
+        raise ConfigError(f"--resume works on runtime=simulation only: a {config.runtime} run's "
+                          "client states live on its nodes and end with the run")
+    return run_dir, execute(config, run_dir, None, progress, resume=True)

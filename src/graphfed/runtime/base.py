@@ -7,14 +7,43 @@ boundary (a malformed reply is dropped and logged, never aggregated), aggregate,
 from __future__ import annotations
 
 import logging
+import random
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
 from graphfed.algorithms.base import Message, MessageError, Server, check_message
 
 log = logging.getLogger("graphfed.runtime")
+
+
+PHASES = {"setup": 0, "fit": 1, "evaluate": 2}
+
+
+@contextmanager
+def client_rng(seed: int, rnd: int, client: int, phase: str) -> Iterator[None]:
+    """Run one client call under RNGs seeded from (run seed, round, client, phase).
+
+    A client's randomness (dropout, shuffling) then does not depend on which clients ran before
+    it, so every runtime, whatever order or process it runs clients in, gives the same result. The
+    caller's RNG states are restored afterwards: server-side randomness never sees client calls.
+    """
+    words = np.random.SeedSequence([seed, rnd, client, PHASES[phase]]).generate_state(2)
+    call_seed = int(words[0]) << 32 | int(words[1])
+    py_state, np_state = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng():
+        random.seed(call_seed)
+        np.random.seed(call_seed % 2**32)
+        torch.manual_seed(call_seed)
+        try:
+            yield
+        finally:
+            random.setstate(py_state)
+            np.random.set_state(np_state)
 
 
 class RoundFailed(RuntimeError):
@@ -30,6 +59,7 @@ class RoundRecord:
     bytes_up: int = 0
     bytes_down: int = 0
     train_loss: float | None = None
+    wire_bytes: tuple[int, int] | None = None  # (up, down) as they crossed a network, if any
 
 
 class Runtime(ABC):
@@ -39,6 +69,7 @@ class Runtime(ABC):
         self.server = server
         self.num_clients = num_clients
         self.client_fraction = client_fraction
+        self.seed = seed
         self.rng = np.random.default_rng(seed)
 
     def sample_clients(self) -> list[int]:
@@ -60,6 +91,11 @@ class Runtime(ABC):
     @abstractmethod
     def deliver_evaluate(self, rnd: int, messages: dict[int, Message]) -> dict[int, dict]:
         """Send evaluate messages; return each answering client's metrics per split."""
+
+    def wire_bytes(self) -> tuple[int, int] | None:
+        """(up, down) payload bytes of the last delivery as they crossed a network; None where
+        nothing crosses one (in-process)."""
+        return None
 
     def _exchange(self, rnd: int, sampled: list[int], messages: dict[int, Message],
                   deliver, reply_spec) -> tuple[RoundRecord, dict[int, Message]]:
@@ -86,7 +122,8 @@ class Runtime(ABC):
             round=rnd, sampled=sampled, answered=sorted(valid), dropped=dropped,
             bytes_up=sum(m.nbytes for m in replies.values() if isinstance(m, Message)),
             bytes_down=sum(m.nbytes for m in messages.values()),
-            train_loss=sum(losses) / len(losses) if losses else None)
+            train_loss=sum(losses) / len(losses) if losses else None,
+            wire_bytes=self.wire_bytes())
         return record, valid
 
     def setup_round(self) -> RoundRecord | None:

@@ -4,7 +4,7 @@ boundary so no tensor is shared between the server and a client."""
 from __future__ import annotations
 
 from graphfed.algorithms.base import Client, ClientContext, Message, Server
-from graphfed.runtime.base import Runtime, log
+from graphfed.runtime.base import Runtime, client_rng, log
 
 
 def _copy(message: Message) -> Message:
@@ -19,24 +19,29 @@ class SimulationRuntime(Runtime):
         self.client = client
         self.contexts = contexts
 
-    def _ask(self, rnd, messages, answer):
+    def _call(self, rnd, phase, client, message, answer):
+        with client_rng(self.seed, rnd, client, phase):
+            return answer(_copy(message), self.contexts[client])
+
+    def _ask(self, rnd, phase, messages, answer):
         replies, failed = {}, {}
         for c, m in messages.items():
             try:
-                replies[c] = answer(_copy(m), self.contexts[c])
+                replies[c] = self._call(rnd, phase, c, m, answer)
             except Exception as e:  # a failing client is dropped for the round, as on a network
                 log.warning("round %d: client %d failed: %r", rnd, c, e)
                 failed[c] = f"{type(e).__name__}: {e}"
         return replies, failed
 
     def deliver_fit(self, rnd, messages):
-        return self._ask(rnd, messages, self.client.fit)
+        return self._ask(rnd, "fit", messages, self.client.fit)
 
     def deliver_setup(self, messages):
-        return self._ask(0, messages, self.client.answer_setup)
+        return self._ask(0, "setup", messages, self.client.answer_setup)
 
     def deliver_evaluate(self, rnd, messages):
-        return {c: self.client.evaluate(_copy(m), self.contexts[c]) for c, m in messages.items()}
+        return {c: self._call(rnd, "evaluate", c, m, self.client.evaluate)
+                for c, m in messages.items()}
 
     def state_dict(self):
         return {**super().state_dict(), "clients": [ctx.state for ctx in self.contexts]}

@@ -1,0 +1,172 @@
+"""The ClientApp: a graphfed ``Client`` run unchanged inside Flower.
+
+A node finds its data in its node config: ``data-path`` (a file from ``graphfed partition
+export``, on a real SuperNode) or ``partition-id`` (Flower's simulation engine, which loads the
+run's cached partition). The client's persistent state (``ClientContext.state``) is serialised
+into the node's Flower context state after every call, so it survives between rounds whether or
+not the ClientApp process does.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import torch
+from flwr.app import ConfigRecord, Context, Error, RecordDict
+from flwr.app import Message as FlowerMessage
+from flwr.clientapp import ClientApp
+
+from graphfed.algorithms.base import Client, ClientContext
+from graphfed.config import ExperimentConfig, build_config
+from graphfed.data.federated import ClientData
+from graphfed.runtime.base import client_rng
+from graphfed.runtime.flower import records
+from graphfed.training import PreparedClient, Trainer, prepare_client
+
+log = logging.getLogger("graphfed.runtime.flower")
+STATE = "graphfed-state"
+ERROR_CODE = 1
+
+
+@dataclass
+class OwnerData:
+    """What a data owner holds: its own client data and the run's public shape."""
+
+    client_id: int
+    num_clients: int
+    level: str
+    num_features: int
+    num_classes: int
+    data: ClientData
+    global_test: ClientData | None
+
+
+@dataclass
+class Node:
+    client_id: int
+    client: Client
+    trainer: Trainer
+    data: PreparedClient
+    global_test: PreparedClient | None
+
+
+@lru_cache(maxsize=4)
+def _owner_file(path: str) -> OwnerData:
+    return torch.load(path, weights_only=False)
+
+
+def _source(context: Context) -> str:
+    """Where this node's data comes from: its own exported file, or a simulated partition."""
+    node_config = context.node_config
+    if "data-path" in node_config:
+        return f"file:{node_config['data-path']}"
+    return f"partition:{int(node_config['partition-id'])}"
+
+
+def _client_id(source: str) -> int:
+    kind, where = source.split(":", 1)
+    return _owner_file(where).client_id if kind == "file" else int(where)
+
+
+def _owner_data(source: str, config: ExperimentConfig, seed: int) -> OwnerData:
+    kind, where = source.split(":", 1)
+    if kind == "file":
+        return _owner_file(where)
+    from graphfed.experiment import federated_data
+
+    data = federated_data(config, seed)
+    client_id = int(where)
+    return OwnerData(client_id, data.num_clients, data.level, data.num_features,
+                     data.num_classes, data.clients[client_id], data.global_test)
+
+
+@lru_cache(maxsize=8)
+def _config(text: str) -> ExperimentConfig:
+    return build_config(json.loads(text))
+
+
+@lru_cache(maxsize=4)
+def _node(config_text: str, seed: int, source: str) -> Node:
+    """Built once per process, run and seed (a pure function of them, so caching is safe)."""
+    from graphfed.experiment import build_algorithm, resolve_device
+
+    config = _config(config_text)
+    owner = _owner_data(source, config, seed)
+    device = resolve_device(config.device)
+    algorithm, trainer, setup = build_algorithm(config, seed, owner.level, owner.num_features,
+                                                owner.num_classes, owner.num_clients, device)
+    shared = (prepare_client(owner.global_test, trainer.model, device)
+              if config.client_global_eval and owner.global_test is not None else None)
+    return Node(owner.client_id, algorithm.client(setup), trainer,
+                prepare_client(owner.data, trainer.model, device), shared)
+
+
+def _load_state(context: Context, seed: int) -> dict[str, Any]:
+    record = context.state.config_records.get(STATE)
+    blob = None if record is None else record.get(f"seed-{seed}")
+    return {} if blob is None else torch.load(io.BytesIO(blob), weights_only=False)
+
+
+def _save_state(context: Context, seed: int, state: dict[str, Any]) -> None:
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    record = context.state.config_records.get(STATE) or ConfigRecord()
+    record[f"seed-{seed}"] = buffer.getvalue()
+    context.state[STATE] = record
+
+
+def _answer(phase: str, message: FlowerMessage, context: Context) -> RecordDict:
+    control = records.control(message.content)
+    config_text, seed, rnd = str(control["config"]), int(control["seed"]), int(control["round"])
+    node = _node(config_text, seed, _source(context))
+    ctx = ClientContext(node.client_id, node.data, _load_state(context, seed), node.trainer,
+                        node.global_test)
+    request = records.decode(message.content)
+    with client_rng(seed, rnd, node.client_id, phase):
+        if phase == "evaluate":
+            content = records.encode_metrics(node.client.evaluate(request, ctx))
+        else:
+            answer = node.client.answer_setup if phase == "setup" else node.client.fit
+            content = records.encode(answer(request, ctx), {})
+    _save_state(context, seed, ctx.state)
+    return content
+
+
+def _reply(phase: str, message: FlowerMessage, context: Context) -> FlowerMessage:
+    """Answer ``message``; a failure becomes an error reply the server logs and drops."""
+    try:
+        return FlowerMessage(_answer(phase, message, context), reply_to=message)
+    except Exception as e:
+        log.exception("graphfed client failed on a %s message", phase)
+        return FlowerMessage(Error(ERROR_CODE, f"{type(e).__name__}: {e}"), reply_to=message)
+
+
+app = ClientApp()
+
+
+@app.query()
+def identify(message: FlowerMessage, context: Context) -> FlowerMessage:
+    """Which graphfed client this node is (the server maps Flower node ids to client ids)."""
+    client = _client_id(_source(context))
+    return FlowerMessage(RecordDict({records.CONTROL: ConfigRecord({"client": client})}),
+                         reply_to=message)
+
+
+@app.train("setup")
+def setup(message: FlowerMessage, context: Context) -> FlowerMessage:
+    return _reply("setup", message, context)
+
+
+@app.train()
+def fit(message: FlowerMessage, context: Context) -> FlowerMessage:
+    return _reply("fit", message, context)
+
+
+@app.evaluate()
+def evaluate(message: FlowerMessage, context: Context) -> FlowerMessage:
+    return _reply("evaluate", message, context)

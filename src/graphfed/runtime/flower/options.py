@@ -1,0 +1,22 @@
+"""The ``flower`` config section: how a run uses Flower (no flwr import, so configs validate
+without it installed)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class FlowerOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    client_cpus: float = Field(1.0, gt=0, description="flower-sim: CPU cores per client")
+    client_gpus: float = Field(0.0, ge=0, description="flower-sim: GPU share per client")
+    round_timeout: float | None = Field(
+        None, gt=0, description="seconds to wait for replies; a late client is dropped")
+    min_replies: int = Field(1, ge=1, description="fewest fit replies a round may aggregate")
+    retries: int = Field(0, ge=0, description="re-asks of missing clients before stopping")
+    connect_timeout: float = Field(120.0, gt=0, description="flower: seconds to wait for "
+                                   "every SuperNode to connect")
+    superlink: str = Field("127.0.0.1:9093", description="flower: SuperLink control address")
+    root_certificates: str | None = Field(
+        None, description="flower: CA certificate the SuperLink's TLS certificate is signed by")

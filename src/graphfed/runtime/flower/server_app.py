@@ -1,0 +1,141 @@
+"""The ServerApp side: a ``Runtime`` whose transport is a Flower ``Grid``.
+
+The round logic (sampling, boundary checks, aggregation, byte counts) is the shared one of
+``runtime/base.py``; this module only turns graphfed messages into Flower messages for the right
+node and back. A node that errs, dies or misses ``flower.round_timeout`` is dropped for the round;
+fewer than ``flower.min_replies`` fit replies re-asks the missing clients ``flower.retries`` times,
+then stops the run with a clear message.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+from flwr.app import Context, RecordDict
+from flwr.app import Message as FlowerMessage
+from flwr.serverapp import Grid, ServerApp
+
+from graphfed.algorithms.base import Message, Server
+from graphfed.config import ExperimentConfig, build_config
+from graphfed.errors import GraphfedError
+from graphfed.runtime.base import RoundFailed, Runtime
+from graphfed.runtime.flower import records
+
+log = logging.getLogger("graphfed.runtime.flower")
+MESSAGE_TYPES = {"setup": "train.setup", "fit": "train", "evaluate": "evaluate"}
+
+
+def discover_clients(grid: Grid, num_clients: int, wait: float) -> dict[int, int]:
+    """Graphfed client id -> Flower node id, once every client's node has connected."""
+    deadline = time.monotonic() + wait
+    while len(nodes := list(grid.get_node_ids())) < num_clients:
+        if time.monotonic() > deadline:
+            raise GraphfedError(f"only {len(nodes)} of {num_clients} SuperNodes connected "
+                                f"within {wait:.0f}s")
+        time.sleep(0.5)
+    asks = [FlowerMessage(RecordDict(), node, "query", group_id="discover") for node in nodes]
+    mapping: dict[int, int] = {}
+    for reply in grid.send_and_receive(asks, timeout=wait):
+        if reply.has_error():
+            raise GraphfedError(f"node {reply.metadata.src_node_id} could not say which client "
+                                f"it is: {reply.error.reason}")
+        client = int(reply.content.config_records[records.CONTROL]["client"])
+        if client in mapping:
+            raise GraphfedError(f"two SuperNodes both hold client {client}'s data")
+        mapping[client] = reply.metadata.src_node_id
+    missing = sorted(set(range(num_clients)) - set(mapping))
+    if missing:
+        raise GraphfedError(f"no connected SuperNode holds clients {missing}")
+    return mapping
+
+
+class FlowerRuntime(Runtime):
+    """Delivers each client's own message to its node through ``grid``."""
+
+    def __init__(self, server: Server, grid: Grid, config: ExperimentConfig, seed: int):
+        super().__init__(server, config.num_clients, config.client_fraction, seed)
+        self.grid = grid
+        self.options = config.flower
+        self.config_text = json.dumps(config.to_dict(), sort_keys=True)
+        self.nodes = discover_clients(grid, config.num_clients, self.options.connect_timeout)
+        self.clients = {node: client for client, node in self.nodes.items()}
+        self._wire = (0, 0)
+
+    def wire_bytes(self) -> tuple[int, int]:
+        return self._wire
+
+    def _send(self, phase: str, rnd: int, messages: dict[int, Message]
+              ) -> tuple[dict[int, FlowerMessage], dict[int, str]]:
+        """One exchange with every addressed node, re-asking missing ones for fit/setup."""
+        control = {"config": self.config_text, "seed": self.seed, "round": rnd}
+        needed = min(self.options.min_replies, len(messages)) if phase != "evaluate" else 0
+        replies: dict[int, FlowerMessage] = {}
+        failed: dict[int, str] = {}
+        pending = dict(messages)
+        up = down = 0
+        for attempt in range(self.options.retries + 1):
+            contents = {c: records.encode(m, control) for c, m in pending.items()}
+            down += sum(records.wire_nbytes(content) for content in contents.values())
+            out = [FlowerMessage(content, self.nodes[c], MESSAGE_TYPES[phase],
+                                 group_id=f"seed-{self.seed}-round-{rnd}")
+                   for c, content in contents.items()]
+            for reply in self.grid.send_and_receive(out, timeout=self.options.round_timeout):
+                client = self.clients[reply.metadata.src_node_id]
+                if reply.has_error():
+                    failed[client] = f"node error: {reply.error.reason}"
+                else:
+                    replies[client] = reply
+                    failed.pop(client, None)
+            pending = {c: m for c, m in pending.items() if c not in replies}
+            for client in pending:
+                failed.setdefault(client, f"no reply within {self.options.round_timeout}s")
+            if not pending or len(replies) >= needed:
+                break
+            if attempt < self.options.retries:
+                log.warning("round %d: %d of %d %s replies (min_replies=%d); re-asking clients "
+                            "%s", rnd, len(replies), len(messages), phase, needed, sorted(pending))
+        for client, why in sorted(failed.items()):
+            log.warning("round %d: client %d dropped from %s: %s", rnd, client, phase, why)
+        if len(replies) < needed:
+            raise RoundFailed(f"round {rnd}: only {len(replies)} of {len(messages)} clients "
+                              f"answered (flower.min_replies={needed}, after "
+                              f"{self.options.retries} retries); missing clients "
+                              f"{sorted(failed)}")
+        up = sum(records.wire_nbytes(r.content) for r in replies.values()
+                 if phase != "evaluate")
+        self._wire = (up, down)
+        return replies, failed
+
+    def deliver_setup(self, messages):
+        replies, failed = self._send("setup", 0, messages)
+        return {c: records.decode(r.content) for c, r in replies.items()}, failed
+
+    def deliver_fit(self, rnd, messages):
+        replies, failed = self._send("fit", rnd, messages)
+        return {c: records.decode(r.content) for c, r in replies.items()}, failed
+
+    def deliver_evaluate(self, rnd, messages):
+        replies, _ = self._send("evaluate", rnd, messages)
+        return {c: records.decode_metrics(r.content) for c, r in replies.items()}
+
+
+def serve(grid: Grid, config: ExperimentConfig, run_dir: Path, progress: bool) -> dict:
+    """The whole experiment, driven from inside a ServerApp: graphfed's own run loop with
+    clients reached through ``grid``."""
+    from graphfed.experiment import execute
+
+    return execute(config, run_dir, None, progress, resume=False,
+                   make_runtime=lambda server, cfg, seed: FlowerRuntime(server, grid, cfg, seed))
+
+
+app = ServerApp()
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    """Deployment entry point: the run config carries the experiment and its run directory."""
+    config = build_config(json.loads(str(context.run_config["config"])))
+    serve(grid, config, Path(str(context.run_config["run-dir"])), progress=False)
