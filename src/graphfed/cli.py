@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from graphfed.errors import GraphfedError
+from graphfed.runtime.flower.commands import federation
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Federated graph learning: simulate, run and compare FGL algorithms.")
@@ -222,6 +223,9 @@ def partition(
     if plot is not None:
         plot_label_distribution(data, plot)
         console.print(f"plot: {plot}")
+
+
+app.add_typer(federation, name="federation")
 
 
 def main() -> None:

@@ -23,27 +23,14 @@ from flwr.clientapp import ClientApp
 
 from graphfed.algorithms.base import Client, ClientContext
 from graphfed.config import ExperimentConfig, build_config
-from graphfed.data.federated import ClientData
 from graphfed.runtime.base import client_rng
 from graphfed.runtime.flower import records
+from graphfed.runtime.flower.owner import OwnerData, load_owner
 from graphfed.training import PreparedClient, Trainer, prepare_client
 
 log = logging.getLogger("graphfed.runtime.flower")
 STATE = "graphfed-state"
 ERROR_CODE = 1
-
-
-@dataclass
-class OwnerData:
-    """What a data owner holds: its own client data and the run's public shape."""
-
-    client_id: int
-    num_clients: int
-    level: str
-    num_features: int
-    num_classes: int
-    data: ClientData
-    global_test: ClientData | None
 
 
 @dataclass
@@ -57,7 +44,7 @@ class Node:
 
 @lru_cache(maxsize=4)
 def _owner_file(path: str) -> OwnerData:
-    return torch.load(path, weights_only=False)
+    return load_owner(path)
 
 
 def _source(context: Context) -> str:
