@@ -183,10 +183,12 @@ def submit_run(config, run_dir: Path) -> dict:
         f"run-dir = {json.dumps(str(run_dir.resolve()))}\n")
     env = flower_home(run_dir / "flwr-home", options.superlink,
                       Path(options.root_certificates) if options.root_certificates else None)
-    _flwr(["run", str(app), CONNECTION, "--run-config", str(run_dir / "run-config.toml"),
-           "--stream"], env)
+    done = _flwr(["run", str(app), CONNECTION, "--run-config",
+                  str(run_dir / "run-config.toml"), "--stream"], env)
+    (run_dir / "flower.log").write_text(done.stdout)
     summary = run_dir / "summary.json"
     if not summary.is_file():
-        raise GraphfedError(f"the Flower run ended without a summary in {run_dir}; see "
-                            f"`flwr log` on the SuperLink")
+        tail = "\n".join(done.stdout.strip().splitlines()[-15:])
+        raise GraphfedError(f"the Flower run ended without a summary in {run_dir} (log: "
+                            f"{run_dir / 'flower.log'}):\n{tail}")
     return json.loads(summary.read_text())

@@ -61,11 +61,26 @@ class FlowerRuntime(Runtime):
         self.options = config.flower
         self.config_text = json.dumps(config.to_dict(), sort_keys=True)
         self.nodes = discover_clients(grid, config.num_clients, self.options.connect_timeout)
-        self.clients = {node: client for client, node in self.nodes.items()}
         self._wire = (0, 0)
 
     def wire_bytes(self) -> tuple[int, int]:
         return self._wire
+
+    def _exchange_with_nodes(self, out: dict[int, FlowerMessage]
+                             ) -> list[tuple[int, FlowerMessage]]:
+        """Push, then pull replies until all came or ``round_timeout`` passed. Replies are
+        matched by the message they answer: the SuperLink itself answers for a node it lost."""
+        ids = list(self.grid.push_messages(list(out.values())))
+        asked = dict(zip(ids, out, strict=True))
+        timeout = self.options.round_timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        got: list[tuple[int, FlowerMessage]] = []
+        while asked and (deadline is None or time.monotonic() < deadline):
+            for reply in self.grid.pull_messages(list(asked)):
+                got.append((asked.pop(reply.metadata.reply_to_message_id), reply))
+            if asked:
+                time.sleep(0.2)
+        return got
 
     def _send(self, phase: str, rnd: int, messages: dict[int, Message]
               ) -> tuple[dict[int, FlowerMessage], dict[int, str]]:
@@ -79,11 +94,10 @@ class FlowerRuntime(Runtime):
         for attempt in range(self.options.retries + 1):
             contents = {c: records.encode(m, control) for c, m in pending.items()}
             down += sum(records.wire_nbytes(content) for content in contents.values())
-            out = [FlowerMessage(content, self.nodes[c], MESSAGE_TYPES[phase],
-                                 group_id=f"seed-{self.seed}-round-{rnd}")
-                   for c, content in contents.items()]
-            for reply in self.grid.send_and_receive(out, timeout=self.options.round_timeout):
-                client = self.clients[reply.metadata.src_node_id]
+            out = {c: FlowerMessage(content, self.nodes[c], MESSAGE_TYPES[phase],
+                                    group_id=f"seed-{self.seed}-round-{rnd}")
+                   for c, content in contents.items()}
+            for client, reply in self._exchange_with_nodes(out):
                 if reply.has_error():
                     failed[client] = f"node error: {reply.error.reason}"
                 else:
