@@ -31,8 +31,10 @@ BASE = ["dataset=Cora", "algorithm=fedavg", "partition=louvain", f"num_clients={
 
 def _start(command: list[str], log: Path) -> subprocess.Popen:
     """In its own process group, so the test can end it and every process it spawned."""
+    from graphfed.runtime.flower.deployment import tool_env
+
     return subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
+                            start_new_session=True, env=tool_env())
 
 
 def _stop(process: subprocess.Popen) -> None:
@@ -61,6 +63,7 @@ def federation(tmp_path_factory):
         make_credentials,
         superlink_command,
         supernode_command,
+        tool,
     )
     from graphfed.runtime.flower.owner import export_partition
 
@@ -75,7 +78,7 @@ def federation(tmp_path_factory):
         env = flower_home(root / "flwr-home", SUPERLINK, creds.ca)
         _wait_for(lambda: "Starting Flower SuperExec" in (root / "sl.log").read_text(), 60,
                   "SuperLink did not start")
-        registering = [subprocess.Popen(["flwr", "supernode", "register",
+        registering = [subprocess.Popen([tool("flwr"), "supernode", "register",
                                          str(creds.owner_public_key(i)), CONNECTION], env=env,
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                        for i in range(OWNERS)]

@@ -36,7 +36,9 @@ def _exec(command: list[str]) -> None:
     if shutil.which(command[0]) is None:
         raise GraphfedError(f"'{command[0]}' not found; install Flower with "
                             "pip install 'graphfed[flower]'")
-    os.execvp(command[0], command)
+    from graphfed.runtime.flower.deployment import tool_env
+
+    os.execvpe(command[0], command, tool_env())
 
 
 @federation.command()

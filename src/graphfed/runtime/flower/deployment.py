@@ -14,6 +14,7 @@ import ipaddress
 import json
 import os
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,9 +128,24 @@ def _is_ip(host: str) -> bool:
     return True
 
 
+def tool(name: str) -> str:
+    """A Flower executable installed beside this interpreter (so a virtual environment need not
+    be activated), else the bare name for PATH."""
+    path = Path(sys.executable).parent / name
+    return str(path) if path.exists() else name
+
+
+def tool_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """``env`` (default: this process's) with the interpreter's directory first on PATH: the
+    SuperLink starts further Flower executables by name."""
+    env = dict(os.environ if env is None else env)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    return env
+
+
 def superlink_command(creds: Credentials, host: str = "127.0.0.1", port: int = 9093) -> list[str]:
     """The operator's SuperLink: TLS on, only registered SuperNodes admitted."""
-    return ["flower-superlink", "--ssl-ca-certfile", str(creds.ca),
+    return [tool("flower-superlink"), "--ssl-ca-certfile", str(creds.ca),
             "--ssl-certfile", str(creds.server_cert), "--ssl-keyfile", str(creds.server_key),
             "--enable-supernode-auth", "--disable-runtime-dependency-installation",
             "--host", host, "--port", str(port)]
@@ -137,7 +153,7 @@ def superlink_command(creds: Credentials, host: str = "127.0.0.1", port: int = 9
 
 def supernode_command(superlink: str, ca: Path, key: Path, data: Path, port: int) -> list[str]:
     """An owner's SuperNode: its own data file and private key; ``port`` is its local API."""
-    return ["flower-supernode", "--superlink", superlink, "--root-certificates", str(ca),
+    return [tool("flower-supernode"), "--superlink", superlink, "--root-certificates", str(ca),
             "--auth-supernode-private-key", str(key),
             "--node-config", f"data-path={json.dumps(str(Path(data).resolve()))}",
             "--port", str(port)]
@@ -151,12 +167,12 @@ def flower_home(root: Path, superlink: str, ca: Path | None) -> dict[str, str]:
     lines.append(f"root-certificates = {json.dumps(str(Path(ca).resolve()))}" if ca is not None
                  else "insecure = true")
     (root / "config.toml").write_text("\n".join(lines) + "\n")
-    return {**os.environ, "FLWR_HOME": str(root)}
+    return tool_env({**os.environ, "FLWR_HOME": str(root)})
 
 
 def _flwr(args: list[str], env: dict[str, str], timeout: float | None = None
           ) -> subprocess.CompletedProcess:
-    done = subprocess.run(["flwr", *args], env=env, capture_output=True, text=True,
+    done = subprocess.run([tool("flwr"), *args], env=env, capture_output=True, text=True,
                           timeout=timeout)
     if done.returncode != 0:
         raise GraphfedError(f"flwr {args[0]} failed: {(done.stderr or done.stdout).strip()}")
