@@ -37,6 +37,7 @@ from graphfed.algorithms.base import (
     spec_of,
 )
 from graphfed.algorithms.personal import PersonalClient
+from graphfed.algorithms.updates import under_prefix, with_prefix
 from graphfed.training import Params
 
 SIDES = ("prev", "next")
@@ -47,18 +48,17 @@ class DFedGNNOptions(AlgorithmOptions):
         "ring", description="communication topology (FedEgo: the standard ring, 1/3 weights)")
 
 
+def pack_sides(models: dict[str, Params]) -> dict[str, Tensor]:
+    """Both neighbours' models in one message, as ``prev.<name>`` and ``next.<name>``."""
+    out: dict[str, Tensor] = {}
+    for side, params in models.items():
+        out.update(with_prefix(params, f"{side}."))
+    return out
+
+
 def ring_neighbours(client: int, num_clients: int) -> tuple[int, int]:
     """Client ``client``'s previous and next peer on the ring."""
     return (client - 1) % num_clients, (client + 1) % num_clients
-
-
-def pack(models: dict[str, Params]) -> dict[str, Tensor]:
-    return {f"{side}.{k}": v for side, params in models.items() for k, v in params.items()}
-
-
-def unpack(tensors, side: str) -> Params:
-    prefix = f"{side}."
-    return {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
 
 
 class DFedGNNServer(Server):
@@ -75,7 +75,7 @@ class DFedGNNServer(Server):
         ring = ring_neighbours(client, self.setup.num_clients)
         if not any(c in self.models for c in ring):  # all still hold the initial model
             return Message()
-        return Message(tensors=pack({side: self._neighbour(c)
+        return Message(tensors=pack_sides({side: self._neighbour(c)
                                      for side, c in zip(SIDES, ring, strict=True)}))
 
     def configure_fit(self, rnd, clients):
@@ -103,7 +103,7 @@ class DFedGNNClient(PersonalClient):
     def receive(self, params: Params, message: Message, ctx: ClientContext) -> Params:
         if not message.tensors:
             return params
-        prev, nxt = (unpack(message.tensors, side) for side in SIDES)
+        prev, nxt = (under_prefix(message.tensors, f"{side}.") for side in SIDES)
         return {k: (v + prev[k] + nxt[k]) / 3 for k, v in params.items()}
 
     def fit(self, message, ctx):

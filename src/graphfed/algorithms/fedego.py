@@ -31,6 +31,7 @@ from graphfed.algorithms.base import (
     register,
 )
 from graphfed.algorithms.personal import PersonalClient
+from graphfed.algorithms.updates import under_prefix, with_prefix
 from graphfed.models.ego import (
     FedEgoNet,
     NeighbourSampler,
@@ -85,14 +86,11 @@ def build_fedego_net(level: str, in_dim: int, num_classes: int, opts, options: F
 
 def split_params(params: Params) -> tuple[Params, Params]:
     """(Θ, Φ): the reduction layers and the personalisation layers, names without prefix."""
-    theta = {k[len(REDUCTION):]: v for k, v in params.items() if k.startswith(REDUCTION)}
-    phi = {k[len(PERSONAL):]: v for k, v in params.items() if k.startswith(PERSONAL)}
-    return theta, phi
+    return under_prefix(params, REDUCTION), under_prefix(params, PERSONAL)
 
 
 def join_params(theta: Params, phi: Params) -> Params:
-    return {**{REDUCTION + k: v for k, v in theta.items()},
-            **{PERSONAL + k: v for k, v in phi.items()}}
+    return {**with_prefix(theta, REDUCTION), **with_prefix(phi, PERSONAL)}
 
 
 def mixing_weight(own: Tensor, global_: Tensor, options: FedEgoOptions) -> float:
@@ -269,10 +267,10 @@ class FedEgoServer(Server):
         self.last: dict = {}
 
     def _message(self) -> Message:
-        tensors = {REDUCTION + k: v for k, v in self.theta.items()}
+        tensors = with_prefix(self.theta, REDUCTION)
         scalars = {}
         if self.distribution is not None:
-            tensors.update({PERSONAL + k: v for k, v in self.phi.items()})
+            tensors.update(with_prefix(self.phi, PERSONAL))
             tensors["label_distribution"] = self.distribution
             scalars["mix"] = 1
         return Message(tensors, scalars)
@@ -347,7 +345,7 @@ class FedEgoClient(PersonalClient):
         theta, _ = split_params(params)
         x, y = mashed_ego_graphs(view, ctx.trainer.model, theta, self.setup.num_classes,
                                  self.setup.batch_size or 32, self.options)
-        tensors = {REDUCTION + k: v for k, v in theta.items()}
+        tensors = with_prefix(theta, REDUCTION)
         tensors.update(mashed_x=x, mashed_y=y)
         return Message(tensors, {"num_samples": ctx.data.num_samples("train"),
                                  "train_loss": stats.loss})

@@ -60,6 +60,7 @@ from graphfed.algorithms.aggregation import weighted_average
 from graphfed.algorithms.base import Algorithm, Message, register, spec_of
 from graphfed.algorithms.fedavg import FedAvgClient, FedAvgOptions, FedAvgServer
 from graphfed.algorithms.fedsage import sage_backbone
+from graphfed.algorithms.updates import under_prefix, with_prefix
 from graphfed.data.federated import SPLITS, NodeClient
 from graphfed.training.batches import PreparedNodeClient
 
@@ -291,8 +292,8 @@ def mend_with(params: dict[str, Tensor], graph: Data, num_classes: int,
 
 def _split(message: Message) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
     """(classifier tensors, generator tensors without the prefix)."""
-    gen = {k[len(GEN):]: v for k, v in message.tensors.items() if k.startswith(GEN)}
-    return {k: v for k, v in message.tensors.items() if not k.startswith(GEN)}, gen
+    return ({k: v for k, v in message.tensors.items() if not k.startswith(GEN)},
+            under_prefix(message.tensors, GEN))
 
 
 # ---------------------------------------------------------------- server and client
@@ -331,7 +332,7 @@ class FedSagePlusServer(FedAvgServer):
         if self.gen is None:
             return super().configure_fit(rnd, clients)
         train = self.gen_done < self.setup.options.gen_rounds
-        gen = {GEN + k: v for k, v in self.gen.items()}
+        gen = with_prefix(self.gen, GEN)
         out = {}
         for c in clients:
             if c in self.mended:
@@ -388,7 +389,7 @@ class FedSagePlusClient(FedAvgClient):
     def _gen_reply(self, params, ctx) -> tuple[dict[str, Tensor], dict]:
         data = self._impaired(ctx)
         trained, loss = train_neighgen(params, data, self.setup.num_classes, self.options)
-        return ({GEN + k: v for k, v in trained.items()},
+        return (with_prefix(trained, GEN),
                 {"num_samples_gen": len(data.keep), "gen_loss": loss})
 
     def answer_setup(self, message, ctx):

@@ -18,6 +18,16 @@ SharedScope = Literal["all", "convs"]
 NormalizeMode = Literal["none", "unit", "clip"]
 
 
+def with_prefix(tensors: dict[str, Tensor], prefix: str) -> dict[str, Tensor]:
+    """Name every tensor ``prefix + name``: several parameter sets travel in one message."""
+    return {prefix + k: v for k, v in tensors.items()}
+
+
+def under_prefix(tensors: dict[str, Tensor], prefix: str) -> dict[str, Tensor]:
+    """The tensors named ``prefix + name``, as ``name`` (the inverse of ``with_prefix``)."""
+    return {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+
+
 def shared_names(params: Params, scope: SharedScope) -> list[str]:
     """Names of the exchanged parameters: everything, or only the message-passing layers (the
     GCFL code base's convention, which FGFL's code inherits)."""
