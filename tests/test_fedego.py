@@ -267,3 +267,22 @@ def test_without_ego_the_reduction_is_sage_and_uploads_carry_no_structure():
         line["server"]["mashed_graphs"] * (16 + 7) * 4)
     evaluation = fed.evaluate(1)
     assert 0.0 <= evaluation["test_acc"] <= 1.0 and "client_global_test_acc" in evaluation
+
+
+@require("Cora")
+def test_a_reply_whose_soft_labels_do_not_sum_to_one_is_dropped_not_aggregated(monkeypatch):
+    fed = _federation()
+    honest = fed.runtime.client.fit
+
+    def tampered(message, ctx):
+        reply = honest(message, ctx)
+        if ctx.client_id == 1:
+            reply.tensors["mashed_y"] = reply.tensors["mashed_y"] * 2
+        return reply
+
+    monkeypatch.setattr(fed.runtime.client, "fit", tampered)
+    line = fed.fit_round(1)
+    assert 1 not in line["answered"] and "sum to 1" in line["dropped"][1]
+    trains = [c.data.num_samples("train") for c in fed.runtime.contexts]
+    kept = sum(-(-n // 32) for i, n in enumerate(trains) if i != 1)  # only clients 0, 2, 3, 4
+    assert line["server"]["mashed_graphs"] == kept

@@ -144,6 +144,11 @@ class Server(ABC):
         """Expected tensor spec and required scalars of a client's fit reply."""
         return None, ()
 
+    def check_reply(self, client: int, message: Message) -> None:
+        """Checks of a fit reply beyond names and shapes (e.g. values that must sum to 1);
+        raise ``MessageError`` and the reply is dropped for the round like a malformed one."""
+        return None
+
     @abstractmethod
     def aggregate_fit(self, rnd: int, replies: dict[int, Message]) -> None:
         """Fold the valid replies (possibly fewer than sampled) into the server state."""

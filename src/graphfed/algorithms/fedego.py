@@ -288,13 +288,14 @@ class FedEgoServer(Server):
         spec["mashed_y"] = ((-1, self.size, self.setup.num_classes), torch.float32)
         return spec, ("num_samples",)
 
+    def check_reply(self, client, message):
+        sums = message.tensors["mashed_y"].sum(-1)
+        if not torch.allclose(sums, torch.ones_like(sums), atol=1e-4):
+            raise MessageError(f"client {client}: mashed soft labels do not sum to 1")
+
     def aggregate_fit(self, rnd, replies):
         if not replies:
             return
-        for c, m in replies.items():
-            sums = m.tensors["mashed_y"].sum(-1)
-            if not torch.allclose(sums, torch.ones_like(sums), atol=1e-4):
-                raise MessageError(f"client {c}: mashed soft labels do not sum to 1")
         theta = [split_params(m.tensors)[0] for m in replies.values()]
         self.theta = {k: torch.stack([t[k] for t in theta]).mean(0) for k in self.theta}
         x = torch.cat([m.tensors["mashed_x"] for m in replies.values()])

@@ -98,7 +98,8 @@ class Runtime(ABC):
         return None
 
     def _exchange(self, rnd: int, sampled: list[int], messages: dict[int, Message],
-                  deliver, reply_spec) -> tuple[RoundRecord, dict[int, Message]]:
+                  deliver, reply_spec, check_reply=None
+                  ) -> tuple[RoundRecord, dict[int, Message]]:
         """Deliver ``messages``, keep the replies that pass the boundary check."""
         for client, message in messages.items():
             check_message(message, sender=f"server -> client {client}")
@@ -108,6 +109,8 @@ class Runtime(ABC):
             expected, scalars = reply_spec(client)
             try:
                 check_message(reply, expected, scalars, sender=f"client {client}")
+                if check_reply is not None:
+                    check_reply(client, reply)
             except MessageError as e:
                 log.warning("round %d: dropped reply of client %d: %s", rnd, client, e)
                 dropped[client] = str(e)
@@ -141,7 +144,8 @@ class Runtime(ABC):
         sampled = self.sample_clients()
         messages = self.server.configure_fit(rnd, sampled)
         record, valid = self._exchange(rnd, sampled, messages,
-                                       lambda m: self.deliver_fit(rnd, m), self.server.reply_spec)
+                                       lambda m: self.deliver_fit(rnd, m), self.server.reply_spec,
+                                       self.server.check_reply)
         self.server.aggregate_fit(rnd, valid)
         return record
 
