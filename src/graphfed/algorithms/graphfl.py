@@ -84,7 +84,7 @@ class GraphFLClient(FedAvgClient):
     def fit(self, message, ctx: ClientContext):
         o = self.options
         live = {k: v.detach().clone().requires_grad_(True) for k, v in message.tensors.items()}
-        optimizer = ctx.trainer._make_optimizer(list(live.values()))
+        optimizer = ctx.trainer.make_optimizer(list(live.values()))
         ctx.trainer.model.train()
         losses = []
         for _ in range(self.setup.local_epochs):

@@ -67,7 +67,7 @@ class Trainer:
     def initial_params(self) -> Params:
         return {k: v.detach().clone() for k, v in self.model.named_parameters()}
 
-    def _make_optimizer(self, params: list[Tensor]) -> torch.optim.Optimizer:
+    def make_optimizer(self, params: list[Tensor]) -> torch.optim.Optimizer:
         o = self.optimizer
         if o.name == "adam":
             return torch.optim.Adam(params, lr=o.lr, weight_decay=o.weight_decay)
@@ -83,7 +83,7 @@ class Trainer:
         the mini-batch and its graph embeddings (e.g. a prototype regulariser). With a persistent
         optimizer its state is read from and written back to ``memory`` (the client's state)."""
         live = {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
-        optimizer = self._make_optimizer(list(live.values()))
+        optimizer = self.make_optimizer(list(live.values()))
         keep = self.optimizer.persistent and memory is not None
         if keep and "optimizer" in memory:
             optimizer.load_state_dict(memory["optimizer"])
