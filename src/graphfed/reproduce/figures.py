@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -67,8 +68,6 @@ def tradeoff_scatter(rows: list[dict], path: Path, title: str) -> Path:
 def f1_curves(rows: list[dict], out: Path) -> Path:
     """Client-averaged local and global micro-F1 per evaluated round, mean over seeds, one
     panel per dataset and test set (read from each cell's ``metrics.jsonl``)."""
-    import json
-
     cells = list(dict.fromkeys((r["method"], r["dataset"]) for r in rows))
     datasets = list(dict.fromkeys(d for _, d in cells))
     fig, axes = plt.subplots(2, len(datasets), figsize=(4.5 * len(datasets), 6.4), squeeze=False)
