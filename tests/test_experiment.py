@@ -7,7 +7,7 @@ import torch
 
 from graphfed.config import ConfigError, load_config
 from graphfed.experiment import build_federation, resume_experiment, run_experiment
-from graphfed.runtime.base import client_rng
+from graphfed.runtime.base import seeded_call
 from graphfed.training import prepare_client
 from tests.conftest import require
 
@@ -55,7 +55,7 @@ def test_fedavg_with_one_client_matches_centralized_training(optimizer, rounds, 
     data = prepare_client(ref.data.clients[0], ref.trainer.model, torch.device("cpu"))
     central = ref.trainer.initial_params()
     for rnd in range(1, rounds + 1):  # each round's client call draws from its own seeded RNG
-        with client_rng(0, rnd, 0, "fit"):
+        with seeded_call(0, rnd, 0, "fit"):
             central, _ = ref.trainer.train(central, data, epochs, None)
     for name, value in federated.items():
         assert torch.allclose(value, central[name], atol=1e-5), name

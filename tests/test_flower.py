@@ -1,5 +1,6 @@
 """Flower runtimes: the exact codec, and the same numbers as in-process on Flower's simulation
-engine (Ray) for FedAvg, FGFL and a personalised method (GCFL)."""
+engine (Ray) for FedAvg, FGFL, FedEgo (mashed ego-graphs, per-client mixing) and a clustered
+method (GCFL)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ CASES = {
     "fgfl-proteins": ["dataset=PROTEINS", "algorithm=fgfl", "model=gin", "batch_size=64",
                       "partition=gcfl_chunk", "partition.chunk=50", "partition.global_test=0.1",
                       "partition.split=[0.8,0.1,0.1]"],
+    "fedego-cora": ["dataset=Cora", "algorithm=fedego", "partition=fedego_label",
+                    "partition.client_size=0.3", "partition.test_num=100", "model.hidden=32",
+                    "client_global_eval=true"],
     "gcfl-proteins": ["dataset=PROTEINS", "algorithm=gcfl", "model=gin", "batch_size=64",
                       "partition=dirichlet", "partition.global_test=0.1"],
 }

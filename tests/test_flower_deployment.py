@@ -5,134 +5,108 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import signal
-import subprocess
 import threading
 import time
-from pathlib import Path
 
 import pytest
 import torch
 
 from graphfed.config import load_config
 from graphfed.experiment import run_experiment
+from graphfed.runtime.flower.loopback import with_overrides
 from tests.conftest import require
-from tests.test_flower import assert_same_run, assert_wire_bytes_match_protocol
+from tests.test_flower import CASES, assert_same_run, assert_wire_bytes_match_protocol
 
 pytest.importorskip("flwr", reason="Flower is not installed (pip install '.[flower]')")
 
-PORT = 9393
-SUPERLINK = f"127.0.0.1:{PORT}"
 OWNERS = 3
-BASE = ["dataset=Cora", "algorithm=fedavg", "partition=louvain", f"num_clients={OWNERS}",
-        "rounds=2", "eval_every=2", "device=cpu", "checkpoint_every=0", "name=deploy"]
+COMMON = [f"num_clients={OWNERS}", "rounds=2", "eval_every=2", "device=cpu",
+          "checkpoint_every=0"]
+NODE_BASE = ["dataset=Cora", "algorithm=fedavg", "partition=louvain", *COMMON, "name=deploy"]
+GRAPH_BASE = [*CASES["fgfl-proteins"], *COMMON, "name=deploy-graphs"]
 
 
-def _start(command: list[str], log: Path) -> subprocess.Popen:
-    """In its own process group, so the test can end it and every process it spawned."""
-    from graphfed.runtime.flower.deployment import tool_env
+def _federation(tmp_path_factory, base: list[str], dataset: str, port: int):
+    from graphfed.data.datasets import is_present
+    from graphfed.runtime.flower.loopback import LoopbackFederation
 
-    return subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT,
-                            start_new_session=True, env=tool_env())
-
-
-def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-
-
-def _wait_for(predicate, seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        time.sleep(0.5)
+    if not is_present(dataset):
+        pytest.skip(f"dataset {dataset} not present under GRAPHFED_DATA")
+    root = tmp_path_factory.mktemp(f"federation-{dataset}")
+    with LoopbackFederation(load_config(None, base), root, port, node_port=port + 10) as fed:
+        yield fed
 
 
 @pytest.fixture(scope="module")
 def federation(tmp_path_factory):
-    from graphfed.data.datasets import is_present
-    from graphfed.runtime.flower.deployment import (
-        CONNECTION,
-        flower_home,
-        make_credentials,
-        superlink_command,
-        supernode_command,
-        tool,
-    )
-    from graphfed.runtime.flower.owner import export_partition
-
-    if not is_present("Cora"):
-        pytest.skip("dataset Cora not present under GRAPHFED_DATA")
-    root = tmp_path_factory.mktemp("federation")
-    creds = make_credentials(root / "creds", OWNERS)
-    files = export_partition(load_config(None, BASE), 0, root / "owners")
-    processes: dict[str, subprocess.Popen] = {}
-    try:
-        processes["superlink"] = _start(superlink_command(creds, port=PORT), root / "sl.log")
-        env = flower_home(root / "flwr-home", SUPERLINK, creds.ca)
-        _wait_for(lambda: "Starting Flower SuperExec" in (root / "sl.log").read_text(), 60,
-                  "SuperLink did not start")
-        registering = [subprocess.Popen([tool("flwr"), "supernode", "register",
-                                         str(creds.owner_public_key(i)), CONNECTION], env=env,
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                       for i in range(OWNERS)]
-        assert all(p.wait(120) == 0 for p in registering)
-        for i in range(OWNERS):
-            processes[f"node{i}"] = _start(
-                supernode_command(SUPERLINK, creds.ca, creds.owner_key(i), files[i], 9400 + i),
-                root / f"node{i}.log")
-        yield root, creds, processes
-    finally:
-        for process in processes.values():
-            _stop(process)
+    """Three Cora owners (node level): FedAvg, FedEgo and the failure tests run on them."""
+    yield from _federation(tmp_path_factory, NODE_BASE, "Cora", 9393)
 
 
-def deployed(root: Path, creds, *extra: str):
-    return load_config(None, [*BASE, "runtime=flower", f"flower.superlink={SUPERLINK}",
-                              f"flower.root_certificates={creds.ca}", *extra])
+@pytest.fixture(scope="module")
+def graph_federation(tmp_path_factory):
+    """Three PROTEINS owners (graph level), for FGFL's setup exchange and sparse rewards."""
+    yield from _federation(tmp_path_factory, GRAPH_BASE, "PROTEINS", 9493)
+
+
+def assert_deployment_matches_in_process(fed, config, tmp_path) -> None:
+    local, _ = run_experiment(config, tmp_path / "local", progress=False)
+    remote, _ = fed.run(config, tmp_path / "remote")
+    assert_same_run(local, remote)
+    assert_wire_bytes_match_protocol(remote)
 
 
 @require("Cora")
 def test_deployment_over_tls_matches_in_process(federation, tmp_path):
-    root, creds, _ = federation
-    local, _ = run_experiment(load_config(None, BASE), tmp_path / "local", progress=False)
-    remote, _ = run_experiment(deployed(root, creds), tmp_path / "remote", progress=False)
-    assert_same_run(local, remote)
-    assert_wire_bytes_match_protocol(remote)
+    assert_deployment_matches_in_process(federation, federation.config, tmp_path)
+
+
+@require("Cora")
+def test_fedego_mashed_ego_graphs_travel_over_tls(federation, tmp_path):
+    config = load_config(None, [*NODE_BASE, "algorithm=fedego", "model.hidden=32"])
+    assert_deployment_matches_in_process(federation, config, tmp_path)
+
+
+@require("PROTEINS")
+def test_fgfl_setup_exchange_and_sparse_rewards_travel_over_tls(graph_federation, tmp_path):
+    assert_deployment_matches_in_process(graph_federation, graph_federation.config, tmp_path)
+
+
+@require("Cora")
+def test_a_node_of_another_partition_stops_the_run_before_round_one(federation, tmp_path):
+    from graphfed.errors import GraphfedError
+
+    with pytest.raises(GraphfedError, match="holds a file of partition"):
+        federation.run(load_config(None, [*NODE_BASE, "seed=1"]), tmp_path)
 
 
 @require("Cora")
 def test_unregistered_supernode_is_refused(federation, tmp_path):
     from graphfed.runtime.flower.deployment import make_credentials, supernode_command
 
-    root, creds, _ = federation
     stranger = make_credentials(tmp_path / "stranger", 1)  # a key the operator never registered
-    node = _start(supernode_command(SUPERLINK, creds.ca, stranger.owner_key(0),
-                                    root / "owners" / "client-0.pt", 9499), tmp_path / "x.log")
-    try:
-        assert node.wait(90) != 0
-    finally:
-        _stop(node)
-    assert "No SuperNode found with the given public key" in (root / "sl.log").read_text()
+    node = federation.launch("stranger", supernode_command(
+        federation.address, federation.creds.ca, stranger.owner_key(0), federation.files[0],
+        9499))
+    assert node.wait(90) != 0
+    assert "No SuperNode found with the given public key" in (
+        federation.log_path("superlink").read_text())
 
 
 @require("Cora")
 def test_killed_supernode_is_dropped_and_training_continues(federation, tmp_path):
-    root, creds, processes = federation
-    config = deployed(root, creds, "flower.round_timeout=45")
+    """Runs last: it ends owner 2's node."""
+    config = with_overrides(federation.config, flower__round_timeout=45)
     result: dict = {}
     worker = threading.Thread(target=lambda: result.update(
-        out=run_experiment(config, tmp_path / "run", progress=False)))
+        out=federation.run(config, tmp_path / "run")))
     worker.start()
     metrics = tmp_path / "run" / "deploy" / "seed-0" / "metrics.jsonl"
-    _wait_for(lambda: metrics.exists() and metrics.read_text().strip(), 240, "no round 1")
-    _stop(processes["node2"])
+    deadline = time.monotonic() + 240
+    while not (metrics.exists() and metrics.read_text().strip()):
+        assert time.monotonic() < deadline, "no round 1 within 240 s"
+        time.sleep(0.5)
+    federation.kill("node2")
     worker.join(400)
     assert not worker.is_alive() and "out" in result
     _, summary = result["out"]

@@ -22,17 +22,19 @@ log = logging.getLogger("graphfed.runtime")
 
 
 PHASES = {"setup": 0, "fit": 1, "evaluate": 2}
+SERVER = 2**32 - 1  # the server's party id in seeded calls (clients are 0..N-1)
 
 
 @contextmanager
-def client_rng(seed: int, rnd: int, client: int, phase: str) -> Iterator[None]:
-    """Run one client call under RNGs seeded from (run seed, round, client, phase).
+def seeded_call(seed: int, rnd: int, party: int, phase: str) -> Iterator[None]:
+    """Run one party's part of a round under RNGs seeded from (run seed, round, party, phase).
 
     A client's randomness (dropout, shuffling) then does not depend on which clients ran before
-    it, so every runtime, whatever order or process it runs clients in, gives the same result. The
-    caller's RNG states are restored afterwards: server-side randomness never sees client calls.
+    it, and the server's (its own training, resampling) not on what ran in its process before
+    the round, so every runtime, whatever order or process it runs parties in, gives the same
+    result. The caller's RNG states are restored afterwards.
     """
-    words = np.random.SeedSequence([seed, rnd, client, PHASES[phase]]).generate_state(2)
+    words = np.random.SeedSequence([seed, rnd, party, PHASES[phase]]).generate_state(2)
     call_seed = int(words[0]) << 32 | int(words[1])
     py_state, np_state = random.getstate(), np.random.get_state()
     with torch.random.fork_rng():
@@ -104,8 +106,8 @@ class Runtime(ABC):
         for client, message in messages.items():
             check_message(message, sender=f"server -> client {client}")
         replies, dropped = deliver(messages)
-        valid = {}
-        for client, reply in replies.items():
+        valid = {}  # in client order, whatever order replies arrived in: aggregation that
+        for client, reply in sorted(replies.items()):  # concatenates or samples sees one order
             expected, scalars = reply_spec(client)
             try:
                 check_message(reply, expected, scalars, sender=f"client {client}")
@@ -131,6 +133,10 @@ class Runtime(ABC):
 
     def setup_round(self) -> RoundRecord | None:
         """The algorithm's one-off exchange before round 1 (round 0), if it has one."""
+        with seeded_call(self.seed, 0, SERVER, "setup"):
+            return self._setup_round()
+
+    def _setup_round(self) -> RoundRecord | None:
         everyone = list(range(self.num_clients))
         messages = self.server.configure_setup(everyone)
         if not messages:
@@ -141,6 +147,10 @@ class Runtime(ABC):
         return record
 
     def fit_round(self, rnd: int) -> RoundRecord:
+        with seeded_call(self.seed, rnd, SERVER, "fit"):
+            return self._fit_round(rnd)
+
+    def _fit_round(self, rnd: int) -> RoundRecord:
         sampled = self.sample_clients()
         messages = self.server.configure_fit(rnd, sampled)
         record, valid = self._exchange(rnd, sampled, messages,
@@ -150,8 +160,9 @@ class Runtime(ABC):
         return record
 
     def evaluate_round(self, rnd: int) -> dict[int, dict]:
-        messages = self.server.configure_evaluate(rnd, list(range(self.num_clients)))
-        return self.deliver_evaluate(rnd, messages)
+        with seeded_call(self.seed, rnd, SERVER, "evaluate"):
+            messages = self.server.configure_evaluate(rnd, list(range(self.num_clients)))
+            return self.deliver_evaluate(rnd, messages)
 
     def state_dict(self) -> dict:
         return {"rng": self.rng.bit_generator.state}

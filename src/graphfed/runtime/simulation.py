@@ -4,7 +4,7 @@ boundary so no tensor is shared between the server and a client."""
 from __future__ import annotations
 
 from graphfed.algorithms.base import Client, ClientContext, Message, Server
-from graphfed.runtime.base import Runtime, client_rng, log
+from graphfed.runtime.base import Runtime, log, seeded_call
 
 
 def _copy(message: Message) -> Message:
@@ -20,7 +20,7 @@ class SimulationRuntime(Runtime):
         self.contexts = contexts
 
     def _call(self, rnd, phase, client, message, answer):
-        with client_rng(self.seed, rnd, client, phase):
+        with seeded_call(self.seed, rnd, client, phase):
             return answer(_copy(message), self.contexts[client])
 
     def _ask(self, rnd, phase, messages, answer):

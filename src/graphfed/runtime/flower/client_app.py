@@ -23,7 +23,7 @@ from flwr.clientapp import ClientApp
 
 from graphfed.algorithms.base import Client, ClientContext
 from graphfed.config import ExperimentConfig, build_config
-from graphfed.runtime.base import client_rng
+from graphfed.runtime.base import seeded_call
 from graphfed.runtime.flower import records
 from graphfed.runtime.flower.owner import OwnerData, load_owner
 from graphfed.training import PreparedClient, Trainer, prepare_client
@@ -53,11 +53,6 @@ def _source(context: Context) -> str:
     if "data-path" in node_config:
         return f"file:{node_config['data-path']}"
     return f"partition:{int(node_config['partition-id'])}"
-
-
-def _client_id(source: str) -> int:
-    kind, where = source.split(":", 1)
-    return _owner_file(where).client_id if kind == "file" else int(where)
 
 
 def _owner_data(source: str, config: ExperimentConfig, seed: int) -> OwnerData:
@@ -114,7 +109,7 @@ def _answer(phase: str, message: FlowerMessage, context: Context) -> RecordDict:
     ctx = ClientContext(node.client_id, node.data, _load_state(context, seed), node.trainer,
                         node.global_test)
     request = records.decode(message.content)
-    with client_rng(seed, rnd, node.client_id, phase):
+    with seeded_call(seed, rnd, node.client_id, phase):
         if phase == "evaluate":
             content = records.encode_metrics(node.client.evaluate(request, ctx))
         else:
@@ -138,10 +133,13 @@ app = ClientApp()
 
 @app.query()
 def identify(message: FlowerMessage, context: Context) -> FlowerMessage:
-    """Which graphfed client this node is (the server maps Flower node ids to client ids)."""
-    client = _client_id(_source(context))
-    return FlowerMessage(RecordDict({records.CONTROL: ConfigRecord({"client": client})}),
-                         reply_to=message)
+    """Which graphfed client this node is (the server maps Flower node ids to client ids) and,
+    for an owner's file, which partition it was exported from (the server checks it)."""
+    kind, where = _source(context).split(":", 1)
+    answer = ({"client": int(where)} if kind == "partition" else
+              {"client": _owner_file(where).client_id,
+               "partition": _owner_file(where).partition_id})
+    return FlowerMessage(RecordDict({records.CONTROL: ConfigRecord(answer)}), reply_to=message)
 
 
 @app.train("setup")

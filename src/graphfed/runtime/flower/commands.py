@@ -119,3 +119,30 @@ def node(
     if not data.is_file():
         raise GraphfedError(f"no data file at {data} (make one with `graphfed federation export`)")
     _exec(supernode_command(superlink, ca, key, data, port))
+
+
+@federation.command()
+@_readable
+def loopback(
+    args: Annotated[list[str], typer.Argument(help="CONFIG.yaml and key=value overrides")],
+    root: Annotated[Path, typer.Option(help="directory for credentials, owner files and logs")
+                    ] = Path("federation"),
+    port: Annotated[int, typer.Option(help="the SuperLink's port")] = 9093,
+    node_port: Annotated[int, typer.Option(help="first local port of the SuperNodes")] = 9400,
+    out: Annotated[Path, typer.Option(help="directory under which the run directory is made")
+                   ] = Path("runs"),
+) -> None:
+    """The whole recipe on this machine: credentials, one data file per owner, a SuperLink and
+    one SuperNode per owner as separate processes (TLS + node authentication), the run, then
+    every process stopped. Logs stay in ROOT."""
+    from graphfed.cli import _print_final, _split_args, console
+    from graphfed.config import load_config
+    from graphfed.runtime.flower.loopback import LoopbackFederation
+
+    config_path, overrides = _split_args(args)
+    config = load_config(config_path, overrides)
+    typer.echo(f"starting a SuperLink and {config.num_clients} SuperNodes (logs in {root})")
+    with LoopbackFederation(config, root, port, node_port) as fed:
+        run_dir, summary = fed.run(out=out, progress=True)
+    _print_final(summary)
+    console.print(f"run directory: [bold]{run_dir}[/]")

@@ -28,8 +28,11 @@ log = logging.getLogger("graphfed.runtime.flower")
 MESSAGE_TYPES = {"setup": "train.setup", "fit": "train", "evaluate": "evaluate"}
 
 
-def discover_clients(grid: Grid, num_clients: int, wait: float) -> dict[int, int]:
-    """Graphfed client id -> Flower node id, once every client's node has connected."""
+def discover_clients(grid: Grid, num_clients: int, wait: float, partition_id: str
+                     ) -> dict[int, int]:
+    """Graphfed client id -> Flower node id, once every client's node has connected. A node
+    whose data file comes from another partition than the run's is refused: its numbers would
+    be silently wrong."""
     deadline = time.monotonic() + wait
     while len(nodes := list(grid.get_node_ids())) < num_clients:
         if time.monotonic() > deadline:
@@ -42,7 +45,14 @@ def discover_clients(grid: Grid, num_clients: int, wait: float) -> dict[int, int
         if reply.has_error():
             raise GraphfedError(f"node {reply.metadata.src_node_id} could not say which client "
                                 f"it is: {reply.error.reason}")
-        client = int(reply.content.config_records[records.CONTROL]["client"])
+        answer = reply.content.config_records[records.CONTROL]
+        client = int(answer["client"])
+        held = str(answer.get("partition", partition_id))
+        if held != partition_id:
+            raise GraphfedError(
+                f"the SuperNode of client {client} holds a file of partition {held}, but this "
+                f"run's partition is {partition_id}: export the owners' files for this config "
+                f"and seed (graphfed federation export) and restart the nodes on them")
         if client in mapping:
             raise GraphfedError(f"two SuperNodes both hold client {client}'s data")
         mapping[client] = reply.metadata.src_node_id
@@ -60,7 +70,10 @@ class FlowerRuntime(Runtime):
         self.grid = grid
         self.options = config.flower
         self.config_text = json.dumps(config.to_dict(), sort_keys=True)
-        self.nodes = discover_clients(grid, config.num_clients, self.options.connect_timeout)
+        from graphfed.experiment import federated_data
+
+        self.nodes = discover_clients(grid, config.num_clients, self.options.connect_timeout,
+                                      federated_data(config, seed).partition_id)
         self._wire = (0, 0)
 
     def wire_bytes(self) -> tuple[int, int]:

@@ -1,0 +1,62 @@
+"""Wall time per fit round of one experiment on graphfed's three runtimes: in-process, Flower's
+simulation engine (Ray), and a real deployment on this machine (a SuperLink and one SuperNode per
+client as separate processes, TLS and node authentication on).
+
+A fit round is timed on the server, from sending the round's messages to the end of aggregation
+(``train_seconds`` in ``metrics.jsonl``); the median over rounds leaves out the first round's
+start-up. The final accuracy is printed too: it is the same on every runtime.
+
+    GRAPHFED_DATA=../shared/datasets python benchmarks/runtime_rounds.py [--rounds N]
+        [--runtimes simulation,flower-sim,flower] [CONFIG key=value ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+from pathlib import Path
+
+from graphfed.config import load_config
+from graphfed.experiment import run_experiment
+from graphfed.runtime.flower.loopback import LoopbackFederation, with_overrides
+
+
+def fit_seconds(run_dir: Path) -> list[float]:
+    lines = (run_dir / "seed-0" / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(x)["train_seconds"] for x in lines if json.loads(x)["round"] > 0]
+
+
+def report(runtime: str, run_dir: Path, summary: dict) -> str:
+    seconds = fit_seconds(run_dir)
+    return (f"RESULT runtime={runtime} rounds={len(seconds)} "
+            f"median_round_s={statistics.median(seconds[1:] or seconds):.3f} "
+            f"first_round_s={seconds[0]:.3f} test_acc={summary['final']['test_acc']:.4f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--runtimes", default="simulation,flower-sim,flower")
+    parser.add_argument("args", nargs="*", default=["configs/quickstart.yaml"])
+    options = parser.parse_args()
+    path = options.args[0] if options.args and "=" not in options.args[0] else None
+    overrides = options.args[1:] if path else options.args
+    config = load_config(path, [*overrides, f"rounds={options.rounds}",
+                                f"eval_every={options.rounds}", "checkpoint_every=0",
+                                "device=cpu"])
+    with tempfile.TemporaryDirectory() as tmp:
+        for runtime in options.runtimes.split(","):
+            out = Path(tmp) / runtime
+            if runtime == "flower":
+                with LoopbackFederation(config, Path(tmp) / "federation") as fed:
+                    run_dir, summary = fed.run(out=out)
+            else:
+                run_dir, summary = run_experiment(with_overrides(config, runtime=runtime), out,
+                                                  progress=False)
+            print(report(runtime, run_dir, summary), flush=True)
+
+
+if __name__ == "__main__":
+    main()
