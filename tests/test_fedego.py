@@ -139,6 +139,8 @@ def test_label_skew_split_follows_fedegos_protocol(cora):
     test_sets = [set(ids[s == 2].tolist()) for ids, s in
                  zip(artifact.client_ids, artifact.client_splits, strict=True)]
     everything = set(artifact.global_test_ids.tolist())
+    for ids, splits in zip(artifact.client_ids, artifact.client_splits, strict=True):
+        assert int((splits == 1).sum()) == len(ids) // 5  # the paper's 20 % validation
     for i, tests in enumerate(test_sets):
         assert len(tests) == 100 and not tests & everything
         everything |= tests
@@ -162,9 +164,11 @@ def test_louvain_split_gives_n_plus_1_disjoint_parts_with_part_0_as_the_test_gra
     assert len(every) == cora.graph.num_nodes == len(every.unique())
     sizes = [len(p) for p in parts]
     assert max(sizes) <= cora.graph.num_nodes // 6 + 20
-    for splits in artifact.client_splits:
+    for splits in artifact.client_splits:  # test last, the validation fifth just before it
+        val = len(splits) // 5
         assert torch.equal(splits[-200:], torch.full((200,), 2))
-        assert bool((splits[:-200] == 0).all())
+        assert torch.equal(splits[-200 - val:-200], torch.full((val,), 1))
+        assert bool((splits[:-200 - val] == 0).all())
     with pytest.raises(ValueError, match="part 0"):
         parse_partition({"name": "fedego_louvain", "global_test": 0.2})
     config = load_config(None, ["dataset=Cora", "algorithm=fedego", "partition=fedego_louvain",

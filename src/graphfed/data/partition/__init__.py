@@ -129,6 +129,10 @@ class GCFLChunkPartition(PartitionBase):
                                 np.random.default_rng(seed))
 
 
+VAL_FIFTH = ("share of a client's nodes, just before its local test nodes, held out as validation "
+             "(FedEgo: a fifth; never trained on or uploaded)")
+
+
 class FedEgoLabelPartition(PartitionBase):
     """FedEgo's label skew; ``global_test`` is α_global, ``client_size`` α_local (its code's 0.5
     for Cora/CiteSeer), ``test_num`` the local test nodes per client; ``split`` is unused."""
@@ -140,10 +144,12 @@ class FedEgoLabelPartition(PartitionBase):
     labels: int = Field(3, ge=1, description="major labels per client")
     major_fraction: float = Field(0.8, ge=0.0, le=1.0)
     test_num: int = Field(200, ge=1, description="local test nodes per client")
+    val_fraction: float = Field(0.2, ge=0.0, lt=1.0, description=VAL_FIFTH)
 
     def plan(self, graph, num_clients, seed, rng):
         return label_skew_plan(graph, num_clients, self.global_test, self.client_size,
-                               self.labels, self.major_fraction, self.test_num, rng)
+                               self.labels, self.major_fraction, self.test_num,
+                               self.val_fraction, rng)
 
 
 class FedEgoLouvainPartition(PartitionBase):
@@ -152,6 +158,7 @@ class FedEgoLouvainPartition(PartitionBase):
     levels: ClassVar[tuple[str, ...]] = ("node",)
     name: Literal["fedego_louvain"] = "fedego_louvain"
     test_num: int = Field(200, ge=1, description="local test nodes per client")
+    val_fraction: float = Field(0.2, ge=0.0, lt=1.0, description=VAL_FIFTH)
     delta: int = Field(20, ge=0, description="allowed part-size gap (its code's 20)")
 
     @field_validator("global_test")
@@ -167,7 +174,8 @@ class FedEgoLouvainPartition(PartitionBase):
         return True
 
     def plan(self, graph, num_clients, seed, rng):
-        return louvain_plan(graph, num_clients, self.test_num, seed, self.delta)
+        return louvain_plan(graph, num_clients, self.test_num, self.val_fraction, seed,
+                            self.delta)
 
 
 PARTITIONS = {cls.model_fields["name"].default: cls for cls in (

@@ -7,6 +7,9 @@ local test nodes themselves (not by a per-client ratio):
   no longer draw. Training nodes of different clients may overlap.
 * Louvain: communities chopped and dealt round-robin into N+1 parts of similar size; part 0 is
   the global test graph, parts 1..N the clients, each client's last ``test_num`` nodes its test.
+
+In both, a client's ``⌊n/5⌋`` nodes before its test nodes are validation (the paper's 20 %; the
+code leaves them out of training and uploads at those positions).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from torch_geometric.utils import to_undirected
 from graphfed.data.partition.node import louvain_communities
 from graphfed.errors import GraphfedError
 
-TRAIN, TEST = 0, 2
+TRAIN, VAL, TEST = 0, 1, 2
 
 
 @dataclass
@@ -42,19 +45,25 @@ def _neighbour_sets(graph: Data) -> list[set[int]]:
     return neighbours
 
 
-def _tail_as_test(ids: np.ndarray, test_num: int) -> torch.Tensor:
-    if len(ids) <= test_num:
+def _code_splits(ids: np.ndarray, test_num: int, val_fraction: float) -> torch.Tensor:
+    """The last ``test_num`` nodes test; the ``⌊n · val_fraction⌋`` before them validation
+    (FedEgo's paper: 20 % validation; its code never trains on or uploads them); the rest
+    train."""
+    n = len(ids)
+    val = int(n * val_fraction)
+    if n - test_num - val < 1:
         raise GraphfedError(
-            f"a client holds {len(ids)} nodes, not more than its {test_num} local test nodes; "
-            f"lower partition.test_num or raise partition.client_size")
-    splits = torch.full((len(ids),), TRAIN, dtype=torch.long)
-    splits[len(ids) - test_num:] = TEST
+            f"a client holds {n} nodes, too few for its {test_num} local test nodes and {val} "
+            f"validation nodes; lower partition.test_num or raise partition.client_size")
+    splits = torch.full((n,), TRAIN, dtype=torch.long)
+    splits[n - test_num - val:n - test_num] = VAL
+    splits[n - test_num:] = TEST
     return splits
 
 
 def label_skew_plan(graph: Data, num_clients: int, global_fraction: float, client_fraction: float,
                     num_major: int, major_fraction: float, test_num: int,
-                    rng: np.random.Generator) -> SplitPlan:
+                    val_fraction: float, rng: np.random.Generator) -> SplitPlan:
     """FedEgo's label-skew split (its code's ``split_mode='label'``), in the graph's node ids."""
     neighbours = _neighbour_sets(graph)
     connected = np.array([v for v in range(graph.num_nodes) if neighbours[v]])
@@ -80,7 +89,7 @@ def label_skew_plan(graph: Data, num_clients: int, global_fraction: float, clien
         inside = set(chosen.tolist())
         kept = np.array([v for v in chosen if neighbours[v] & inside], dtype=np.int64)
         kept = rng.permutation(kept)
-        splits = _tail_as_test(kept, test_num)
+        splits = _code_splits(kept, test_num, val_fraction)
         taken[kept[len(kept) - test_num:]] = True
         client_ids.append(torch.as_tensor(kept, dtype=torch.long))
         client_splits.append(splits)
@@ -111,13 +120,14 @@ def community_parts(communities: list[list[int]], num_parts: int, num_nodes: int
     return parts
 
 
-def louvain_plan(graph: Data, num_clients: int, test_num: int, seed: int,
+def louvain_plan(graph: Data, num_clients: int, test_num: int, val_fraction: float, seed: int,
                  delta: int = 20) -> SplitPlan:
     """FedEgo's community split (its code's ``split_mode='louvain'``): part 0 is the global test
-    graph, parts 1..N the clients; each client's last ``test_num`` nodes (node order) test."""
+    graph, parts 1..N the clients; each client's last ``test_num`` nodes (node order) test, the
+    validation fifth before them."""
     communities = louvain_communities(graph, seed)
     parts = community_parts(communities, num_clients + 1, graph.num_nodes, delta)
     ids = [np.sort(np.array(p, dtype=np.int64)) for p in parts]
     return SplitPlan(torch.as_tensor(ids[0], dtype=torch.long),
                      [torch.as_tensor(p, dtype=torch.long) for p in ids[1:]],
-                     [_tail_as_test(p, test_num) for p in ids[1:]])
+                     [_code_splits(p, test_num, val_fraction) for p in ids[1:]])
