@@ -21,7 +21,7 @@ pytest.importorskip("flwr", reason="Flower is not installed (pip install '.[flow
 
 OWNERS = 3
 COMMON = [f"num_clients={OWNERS}", "rounds=2", "eval_every=2", "device=cpu",
-          "checkpoint_every=0"]
+          "checkpoint_every=0", "flower.run_timeout=600"]  # a hung run fails, never hangs CI
 NODE_BASE = ["dataset=Cora", "algorithm=fedavg", "partition=louvain", *COMMON, "name=deploy"]
 GRAPH_BASE = [*CASES["fgfl-proteins"], *COMMON, "name=deploy-graphs"]
 

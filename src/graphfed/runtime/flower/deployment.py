@@ -172,8 +172,11 @@ def flower_home(root: Path, superlink: str, ca: Path | None) -> dict[str, str]:
 
 def _flwr(args: list[str], env: dict[str, str], timeout: float | None = None
           ) -> subprocess.CompletedProcess:
-    done = subprocess.run([tool("flwr"), *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    try:
+        done = subprocess.run([tool("flwr"), *args], env=env, capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise GraphfedError(f"flwr {args[0]} did not finish within {timeout:.0f}s") from None
     if done.returncode != 0:
         raise GraphfedError(f"flwr {args[0]} failed: {(done.stderr or done.stdout).strip()}")
     return done
@@ -200,7 +203,7 @@ def submit_run(config, run_dir: Path) -> dict:
     env = flower_home(run_dir / "flwr-home", options.superlink,
                       Path(options.root_certificates) if options.root_certificates else None)
     done = _flwr(["run", str(app), CONNECTION, "--run-config",
-                  str(run_dir / "run-config.toml"), "--stream"], env)
+                  str(run_dir / "run-config.toml"), "--stream"], env, options.run_timeout)
     (run_dir / "flower.log").write_text(done.stdout)
     summary = run_dir / "summary.json"
     if not summary.is_file():

@@ -17,6 +17,8 @@ class FlowerOptions(BaseModel):
     retries: int = Field(0, ge=0, description="re-asks of missing clients before stopping")
     connect_timeout: float = Field(120.0, gt=0, description="flower: seconds to wait for "
                                    "every SuperNode to connect")
+    run_timeout: float | None = Field(None, gt=0, description="flower: seconds the submitted "
+                                      "run may take before graphfed stops waiting for it")
     superlink: str = Field("127.0.0.1:9093", description="flower: SuperLink control address")
     root_certificates: str | None = Field(
         None, description="flower: CA certificate the SuperLink's TLS certificate is signed by")
