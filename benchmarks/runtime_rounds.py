@@ -18,9 +18,9 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from graphfed.config import load_config
+from graphfed.config import load_config, with_overrides
 from graphfed.experiment import run_experiment
-from graphfed.runtime.flower.loopback import LoopbackFederation, with_overrides
+from graphfed.runtime.flower.loopback import LoopbackFederation
 
 
 def fit_seconds(run_dir: Path) -> list[float]:
@@ -53,7 +53,7 @@ def main() -> None:
                 with LoopbackFederation(config, Path(tmp) / "federation") as fed:
                     run_dir, summary = fed.run(out=out)
             else:
-                run_dir, summary = run_experiment(with_overrides(config, runtime=runtime), out,
+                run_dir, summary = run_experiment(with_overrides(config, {"runtime": runtime}), out,
                                                   progress=False)
             print(report(runtime, run_dir, summary), flush=True)
 

@@ -11,9 +11,8 @@ import time
 import pytest
 import torch
 
-from graphfed.config import load_config
+from graphfed.config import load_config, with_overrides
 from graphfed.experiment import run_experiment
-from graphfed.runtime.flower.loopback import with_overrides
 from tests.conftest import require
 from tests.test_flower import CASES, assert_same_run, assert_wire_bytes_match_protocol
 
@@ -96,7 +95,7 @@ def test_unregistered_supernode_is_refused(federation, tmp_path):
 @require("Cora")
 def test_killed_supernode_is_dropped_and_training_continues(federation, tmp_path):
     """Runs last: it ends owner 2's node."""
-    config = with_overrides(federation.config, flower__round_timeout=45)
+    config = with_overrides(federation.config, {"flower.round_timeout": 45})
     result: dict = {}
     worker = threading.Thread(target=lambda: result.update(
         out=federation.run(config, tmp_path / "run")))

@@ -263,6 +263,15 @@ def build_config(data: dict) -> ExperimentConfig:
         raise ConfigError(f"invalid config: {e}") from None
 
 
+def with_overrides(config: ExperimentConfig, overrides: dict[str, Any]) -> ExperimentConfig:
+    """``config`` with dotted-key overrides (``{"flower.round_timeout": 45}``), validated like a
+    config file."""
+    data = config.to_dict()
+    for key, value in overrides.items():
+        apply_override(data, key, value)
+    return build_config(data)
+
+
 def load_config(path: str | Path | None, overrides: list[str] = ()) -> ExperimentConfig:
     """Read a YAML config (or start from defaults) and apply ``key=value`` overrides."""
     data: dict = {}

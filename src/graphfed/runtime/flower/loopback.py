@@ -15,7 +15,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from graphfed.config import ExperimentConfig, apply_override, build_config
+from graphfed.config import ExperimentConfig, with_overrides
 from graphfed.errors import GraphfedError
 from graphfed.runtime.flower import require_flwr
 from graphfed.runtime.flower.deployment import (
@@ -29,14 +29,6 @@ from graphfed.runtime.flower.deployment import (
 from graphfed.runtime.flower.owner import export_partition
 
 READY = "Starting Flower SuperExec"  # the SuperLink's log line once it accepts runs
-
-
-def with_overrides(config: ExperimentConfig, **dotted) -> ExperimentConfig:
-    """``config`` with ``key.sub=value`` overrides, validated like a config file."""
-    data = config.to_dict()
-    for key, value in dotted.items():
-        apply_override(data, key.replace("__", "."), value)
-    return build_config(data)
 
 
 class LoopbackFederation:
@@ -104,9 +96,9 @@ class LoopbackFederation:
     def run_config(self, config: ExperimentConfig | None = None) -> ExperimentConfig:
         """``config`` (default: the one the federation was built for) aimed at this federation."""
         assert self.creds is not None, "start the federation first"
-        return with_overrides(config or self.config, runtime="flower",
-                              flower__superlink=self.address,
-                              flower__root_certificates=str(self.creds.ca))
+        return with_overrides(config or self.config, {
+            "runtime": "flower", "flower.superlink": self.address,
+            "flower.root_certificates": str(self.creds.ca)})
 
     def run(self, config: ExperimentConfig | None = None, out: Path | None = None,
             progress: bool = False) -> tuple[Path, dict]:
