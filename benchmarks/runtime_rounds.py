@@ -18,14 +18,15 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from graphfed.cli import _split_args
 from graphfed.config import load_config, with_overrides
 from graphfed.experiment import run_experiment
 from graphfed.runtime.flower.loopback import LoopbackFederation
 
 
 def fit_seconds(run_dir: Path) -> list[float]:
-    lines = (run_dir / "seed-0" / "metrics.jsonl").read_text().splitlines()
-    return [json.loads(x)["train_seconds"] for x in lines if json.loads(x)["round"] > 0]
+    lines = map(json.loads, (run_dir / "seed-0" / "metrics.jsonl").read_text().splitlines())
+    return [line["train_seconds"] for line in lines if line["round"] > 0]
 
 
 def report(runtime: str, run_dir: Path, summary: dict) -> str:
@@ -41,8 +42,7 @@ def main() -> None:
     parser.add_argument("--runtimes", default="simulation,flower-sim,flower")
     parser.add_argument("args", nargs="*", default=["configs/quickstart.yaml"])
     options = parser.parse_args()
-    path = options.args[0] if options.args and "=" not in options.args[0] else None
-    overrides = options.args[1:] if path else options.args
+    path, overrides = _split_args(options.args)
     config = load_config(path, [*overrides, f"rounds={options.rounds}",
                                 f"eval_every={options.rounds}", "checkpoint_every=0",
                                 "device=cpu"])

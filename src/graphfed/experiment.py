@@ -153,7 +153,7 @@ def build_algorithm(config: ExperimentConfig, seed: int, level: str, num_feature
     return algorithm, trainer, setup
 
 
-RuntimeFactory = Callable[[Server, ExperimentConfig, int], Runtime]
+RuntimeFactory = Callable[[Server, ExperimentConfig, int, FederatedData], Runtime]
 
 
 def build_federation(config: ExperimentConfig, seed: int,
@@ -167,7 +167,7 @@ def build_federation(config: ExperimentConfig, seed: int,
     global_test = (prepare_client(data.global_test, trainer.model, device)
                    if data.global_test is not None else None)
     if make_runtime is not None:
-        runtime = make_runtime(algorithm.server(setup), config, seed)
+        runtime = make_runtime(algorithm.server(setup), config, seed, data)
         return Federation(config, seed, data, trainer, runtime, global_test)
     shared = global_test if config.client_global_eval else None
     contexts = [ClientContext(i, prepare_client(c, trainer.model, device), {}, trainer, shared)

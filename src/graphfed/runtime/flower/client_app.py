@@ -136,9 +136,11 @@ def identify(message: FlowerMessage, context: Context) -> FlowerMessage:
     """Which graphfed client this node is (the server maps Flower node ids to client ids) and,
     for an owner's file, which partition it was exported from (the server checks it)."""
     kind, where = _source(context).split(":", 1)
-    answer = ({"client": int(where)} if kind == "partition" else
-              {"client": _owner_file(where).client_id,
-               "partition": _owner_file(where).partition_id})
+    if kind == "partition":
+        answer = {"client": int(where)}
+    else:
+        owner = _owner_file(where)
+        answer = {"client": owner.client_id, "partition": owner.partition_id}
     return FlowerMessage(RecordDict({records.CONTROL: ConfigRecord(answer)}), reply_to=message)
 
 

@@ -65,15 +65,14 @@ def discover_clients(grid: Grid, num_clients: int, wait: float, partition_id: st
 class FlowerRuntime(Runtime):
     """Delivers each client's own message to its node through ``grid``."""
 
-    def __init__(self, server: Server, grid: Grid, config: ExperimentConfig, seed: int):
+    def __init__(self, server: Server, grid: Grid, config: ExperimentConfig, seed: int,
+                 partition_id: str):
         super().__init__(server, config.num_clients, config.client_fraction, seed)
         self.grid = grid
         self.options = config.flower
         self.config_text = json.dumps(config.to_dict(), sort_keys=True)
-        from graphfed.experiment import federated_data
-
         self.nodes = discover_clients(grid, config.num_clients, self.options.connect_timeout,
-                                      federated_data(config, seed).partition_id)
+                                      partition_id)
         self._wire = (0, 0)
 
     def wire_bytes(self) -> tuple[int, int]:
@@ -103,7 +102,7 @@ class FlowerRuntime(Runtime):
         replies: dict[int, FlowerMessage] = {}
         failed: dict[int, str] = {}
         pending = dict(messages)
-        up = down = 0
+        down = 0
         for attempt in range(self.options.retries + 1):
             contents = {c: records.encode(m, control) for c, m in pending.items()}
             down += sum(records.wire_nbytes(content) for content in contents.values())
@@ -155,7 +154,8 @@ def serve(grid: Grid, config: ExperimentConfig, run_dir: Path, progress: bool) -
     from graphfed.experiment import execute
 
     return execute(config, run_dir, None, progress, resume=False,
-                   make_runtime=lambda server, cfg, seed: FlowerRuntime(server, grid, cfg, seed))
+                   make_runtime=lambda server, cfg, seed, data: FlowerRuntime(
+                       server, grid, cfg, seed, data.partition_id))
 
 
 app = ServerApp()
