@@ -193,7 +193,7 @@ def partition(
 ) -> None:
     """Build (or reload) the federated data simulation of a config and describe each client."""
     from graphfed.config import load_config
-    from graphfed.data.stats import client_stats, plot_label_distribution
+    from graphfed.data.stats import client_stats, label_counts, plot_label_distribution
     from graphfed.experiment import federated_data
 
     try:
@@ -203,8 +203,11 @@ def partition(
     except GraphfedError as e:
         _fail(str(e))
     rows = client_stats(data)
+    shared = (None if data.global_test is None
+              else label_counts(data.global_test, data.num_classes))  # a skewed one shows here
     if as_json:
-        console.print_json(json.dumps({"partition_id": data.partition_id, "clients": rows}))
+        console.print_json(json.dumps({"partition_id": data.partition_id, "clients": rows,
+                                       "global_test_label_counts": shared}))
     else:
         unit = "nodes" if data.level == "node" else "graphs"
         table = Table(title=f"{data.dataset}: {data.num_clients} clients, partition "
@@ -218,8 +221,9 @@ def partition(
                           " ".join(str(c) for c in r["label_counts"]), _fmt(r["homophily"]),
                           str(r["lost_edges"]))
         console.print(table)
-        if data.global_test is not None:
-            console.print(f"global test set: {data.global_test.num_samples('test')} {unit}")
+        if shared is not None:
+            console.print(f"global test set: {sum(shared)} {unit}, labels "
+                          f"{' '.join(map(str, shared))}")
     if plot is not None:
         plot_label_distribution(data, plot)
         console.print(f"plot: {plot}")

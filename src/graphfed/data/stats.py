@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from graphfed.data.federated import SPLITS, FederatedData, NodeClient
+from graphfed.data.federated import SPLITS, ClientData, FederatedData, NodeClient
 
 
 def edge_homophily(edge_index: torch.Tensor, y: torch.Tensor) -> float:
@@ -16,12 +16,17 @@ def edge_homophily(edge_index: torch.Tensor, y: torch.Tensor) -> float:
     return float((y[edge_index[0]] == y[edge_index[1]]).float().mean())
 
 
+def label_counts(client: ClientData, num_classes: int) -> list[int]:
+    """How many samples of each class ``client`` holds, over all its splits."""
+    labels = torch.cat([client.labels(s) for s in SPLITS])
+    return torch.bincount(labels, minlength=num_classes).tolist()
+
+
 def client_stats(data: FederatedData) -> list[dict]:
     rows = []
     for i, client in enumerate(data.clients):
-        labels = torch.cat([client.labels(s) for s in SPLITS])
-        counts = torch.bincount(labels, minlength=data.num_classes).tolist()
-        row = {"client": i, "samples": len(labels), "label_counts": counts,
+        counts = label_counts(client, data.num_classes)
+        row = {"client": i, "samples": sum(counts), "label_counts": counts,
                **{s: client.num_samples(s) for s in SPLITS}}
         if isinstance(client, NodeClient):
             g = client.graph
