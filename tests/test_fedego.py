@@ -19,9 +19,9 @@ from graphfed.algorithms.fedego import (
 from graphfed.config import load_config
 from graphfed.data.federated import build_partition, materialize
 from graphfed.data.partition import parse_partition
+from graphfed.data.sampling import NeighbourSampler
 from graphfed.experiment import build_federation
 from graphfed.models.ego import (
-    NeighbourSampler,
     PersonalLayers,
     batched_tree_edges,
     mash,

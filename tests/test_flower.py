@@ -24,7 +24,7 @@ CASES = {
                       "partition.split=[0.8,0.1,0.1]"],
     "fedego-cora": ["dataset=Cora", "algorithm=fedego", "partition=fedego_label",
                     "partition.client_size=0.3", "partition.test_num=100", "model.hidden=32",
-                    "client_global_eval=true"],
+                    "client_global_eval=true", "sampling.train_fraction=0.2"],
     "gcfl-proteins": ["dataset=PROTEINS", "algorithm=gcfl", "model=gin", "batch_size=64",
                       "partition=dirichlet", "partition.global_test=0.1"],
 }

@@ -62,7 +62,8 @@ def test_deployment_over_tls_matches_in_process(federation, tmp_path):
 
 @require("Cora")
 def test_fedego_mashed_ego_graphs_travel_over_tls(federation, tmp_path):
-    config = load_config(None, [*NODE_BASE, "algorithm=fedego", "model.hidden=32"])
+    config = load_config(None, [*NODE_BASE, "algorithm=fedego", "model.hidden=32",
+                                "sampling.train_fraction=0.2"])
     assert_deployment_matches_in_process(federation, config, tmp_path)
 
 

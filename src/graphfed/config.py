@@ -20,6 +20,7 @@ from graphfed.data.partition import (
     PartitionOptions,
     check_partition_level,
 )
+from graphfed.data.sampling import SamplingOptions
 from graphfed.data.synthetic import CSBMOptions
 from graphfed.errors import GraphfedError
 from graphfed.models.gnn import ModelOptions
@@ -49,6 +50,7 @@ class ExperimentConfig(BaseModel):
     client_fraction: float = Field(1.0, gt=0.0, le=1.0)
     local_epochs: int = Field(1, ge=1)
     batch_size: int | None = Field(None, ge=1, description="None: full batch")
+    sampling: SamplingOptions = Field(default_factory=SamplingOptions)
     optimizer: OptimizerOptions = Field(default_factory=OptimizerOptions)
     seed: int = 0
     seeds: list[int] | None = Field(None, description="run every seed; summary gives mean/std")
@@ -135,12 +137,28 @@ class ExperimentConfig(BaseModel):
             raise ValueError(f"model '{self.model.name}' does not fit the {level}-level dataset "
                              f"'{self.dataset}'; choose one of: {', '.join(valid)}")
         check_partition_level(self.partition, level)
+        self._check_sampling(level)
         if self.client_global_eval and not self.partition.has_global_test:
             raise ValueError("client_global_eval needs a global test set "
                              "(partition.global_test > 0)")
         if self.csbm is not None and self.dataset not in SYNTHETIC:
             raise ValueError("the csbm section applies only to dataset=csbm")
         return self
+
+    def _check_sampling(self, level: str) -> None:
+        fanouts = self.sampling.fanouts
+        if self.sampling.evaluate == "sampled" and not fanouts:
+            raise ValueError("sampling.evaluate=sampled needs sampling.fanouts, e.g. [6, 6]")
+        if fanouts and level != "node":
+            raise ValueError("sampling.fanouts samples node neighbourhoods; graph-level "
+                             f"dataset '{self.dataset}' trains on whole graphs")
+        if fanouts and self.algorithm == "fedego":
+            raise ValueError("fedego samples its own ego-graphs (fedego.hops, fedego.fanout; "
+                             "fedego.eval_sampling); leave sampling.fanouts unset")
+        if fanouts and get_algorithm(self.algorithm).model is None and self.model.name == "gcn":
+            raise ValueError("sampling.fanouts: gcn weights edges by whole-graph degrees, "
+                             "which a sampled neighbourhood does not have; choose model sage, "
+                             "gat, mlp or mlp_sage")
 
     @property
     def level(self) -> str:

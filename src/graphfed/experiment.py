@@ -164,13 +164,14 @@ def build_federation(config: ExperimentConfig, seed: int,
     data = federated_data(config, seed)
     algorithm, trainer, setup = build_algorithm(config, seed, data.level, data.num_features,
                                                 data.num_classes, data.num_clients, device)
-    global_test = (prepare_client(data.global_test, trainer.model, device)
+    global_test = (prepare_client(data.global_test, trainer.model, device, config.sampling)
                    if data.global_test is not None else None)
     if make_runtime is not None:
         runtime = make_runtime(algorithm.server(setup), config, seed, data)
         return Federation(config, seed, data, trainer, runtime, global_test)
     shared = global_test if config.client_global_eval else None
-    contexts = [ClientContext(i, prepare_client(c, trainer.model, device), {}, trainer, shared)
+    contexts = [ClientContext(i, prepare_client(c, trainer.model, device, config.sampling), {},
+                              trainer, shared)
                 for i, c in enumerate(data.clients)]
     runtime = SimulationRuntime(algorithm.server(setup), algorithm.client(setup), contexts,
                                 config.client_fraction, seed)

@@ -32,9 +32,9 @@ from graphfed.algorithms.base import (
 )
 from graphfed.algorithms.personal import PersonalClient
 from graphfed.algorithms.updates import under_prefix, with_prefix
+from graphfed.data.sampling import NeighbourSampler
 from graphfed.models.ego import (
     FedEgoNet,
-    NeighbourSampler,
     PersonalLayers,
     PersonalMLP,
     batched_tree_edges,
@@ -64,9 +64,6 @@ class FedEgoOptions(AlgorithmOptions):
     gamma: float = Field(0.5, gt=0.0, description="λ_i = (EMD_i / 2)^γ")
     noise_sigma: float = Field(0.0, ge=0.0, description="Gaussian noise std added to uploaded "
                                "mashed embeddings")
-    train_subsample: float = Field(0.2, gt=0.0, le=1.0, description="per epoch, train on a fresh "
-                                   "random subset of this fraction of the client's nodes (code); "
-                                   "1.0: all training nodes")
     server_epochs: int = Field(5, ge=0)
     server_fraction: float = Field(0.2, gt=0.0, le=1.0, description="share of mashed centres "
                                    "each server epoch trains on")
@@ -130,12 +127,8 @@ class EgoView:
         return TreeBatch(self.data.x[distinct], targets, positions)
 
     def batches(self, split: str, batch_size: int | None, shuffle: bool):
-        index = self.data.index[split]
-        if shuffle:
-            index = index[torch.randperm(len(index), device=index.device)]
-        if split == "train" and self.options.train_subsample < 1.0:
-            index = index[:max(1, int(len(self.data.y) * self.options.train_subsample))]
-        for chunk in index.split(batch_size or len(index)):
+        index = self.data.epoch_nodes(split, batch_size, shuffle)
+        for chunk in index.split(batch_size or max(len(index), 1)):
             yield self.trees(chunk, self.data.y[chunk])
 
     def outputs(self, model, call, splits) -> dict[str, tuple[Tensor, Tensor]]:

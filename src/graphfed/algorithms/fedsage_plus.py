@@ -405,7 +405,8 @@ class FedSagePlusClient(FedAvgClient):
         prepared = ctx.state.get(MENDED_DATA)
         if prepared is None or prepared.x.device != ctx.data.x.device:
             client = NodeClient(graph=ctx.state[MENDED_GRAPH], global_ids=ctx.data.global_ids)
-            prepared = PreparedNodeClient(client, ctx.trainer.model, ctx.data.x.device)
+            prepared = PreparedNodeClient(client, ctx.trainer.model, ctx.data.x.device,
+                                          ctx.data.sampling)
             ctx.state[MENDED_DATA] = prepared
         return replace(ctx, data=prepared)
 

@@ -27,7 +27,6 @@ from torch import Tensor
 from graphfed.algorithms.base import Algorithm, ClientContext, Message, register
 from graphfed.algorithms.fedavg import FedAvgClient, FedAvgOptions, FedAvgServer
 from graphfed.training import Params
-from graphfed.training.batches import NodeBatch
 
 
 class GraphFLOptions(FedAvgOptions):
@@ -55,7 +54,7 @@ def support_query(index: Tensor, support: int, query: int) -> tuple[Tensor, Tens
 
 
 def _loss(trainer, params: Params, data, nodes: Tensor) -> Tensor:
-    batch = NodeBatch(data.x, data.edge_index, data.edge_weight, data.y, nodes)
+    batch = data.batch_of(nodes)
     return F.cross_entropy(trainer.forward(params, batch), batch.targets)
 
 

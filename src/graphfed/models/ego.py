@@ -15,7 +15,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn import SAGEConv
-from torch_geometric.utils import to_undirected
 
 
 def tree_size(hops: int, fanout: int) -> int:
@@ -33,36 +32,6 @@ def batched_tree_edges(num_trees: int, hops: int, fanout: int, device=None) -> T
     template = tree_edges(hops, fanout).to(device)
     offsets = torch.arange(num_trees, device=device).repeat_interleave(template.size(1))
     return template.repeat(1, num_trees) + offsets * tree_size(hops, fanout)
-
-
-class NeighbourSampler:
-    """Samples fixed-shape ego-graphs of one graph: ``fanout`` neighbours per node and hop, drawn
-    uniformly with replacement (FedEgo's sampler), as node ids at each tree position."""
-
-    def __init__(self, edge_index: Tensor, num_nodes: int, hops: int = 2, fanout: int = 6):
-        edges = to_undirected(edge_index, num_nodes=num_nodes)
-        order = torch.argsort(edges[1] * num_nodes + edges[0])
-        self.sources = edges[0, order]
-        self.degree = torch.bincount(edges[1], minlength=num_nodes)
-        self.start = torch.cumsum(self.degree, 0) - self.degree
-        self.hops, self.fanout = hops, fanout
-        self.num_nodes = num_nodes
-
-    def sample(self, centres: Tensor, generator: torch.Generator | None = None) -> Tensor:
-        """Node ids of shape (len(centres), tree_size); isolated nodes take themselves as
-        neighbours (FedEgo's splits drop them, so this only matters for evaluation graphs)."""
-        levels = [centres.view(-1, 1)]
-        for _ in range(self.hops):
-            parents = levels[-1]
-            degree = self.degree[parents].unsqueeze(-1)
-            draw = torch.rand(*parents.shape, self.fanout, generator=generator,
-                              device=parents.device)
-            slot = self.start[parents].unsqueeze(-1) + (draw * degree).long()
-            has = degree > 0
-            neighbours = parents.unsqueeze(-1).expand_as(slot).clone()
-            neighbours[has.expand_as(slot)] = self.sources[slot[has.expand_as(slot)]]
-            levels.append(neighbours.reshape(len(centres), -1))
-        return torch.cat(levels, dim=1)
 
 
 def mash(values: Tensor) -> Tensor:

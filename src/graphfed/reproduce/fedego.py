@@ -15,7 +15,7 @@ F1_METRICS = ("local_f1", "global_f1", "local_f1_final", "global_f1_final")
 PROTOCOL = ["num_clients=5", "model.hidden=512", "model.dropout=0.5", "optimizer.name=adam",
             "optimizer.lr=0.0003", "optimizer.weight_decay=0.0", "optimizer.persistent=true",
             "rounds=200", "local_epochs=5", "batch_size=32", "client_global_eval=true",
-            "eval_every=5"]
+            "eval_every=5", "sampling.train_fraction=0.2"]
 LABEL_SKEW = ["partition=fedego_label", "partition.global_test=0.3", "partition.client_size=0.5",
               "partition.test_num=200"]
 LOUVAIN = ["partition=fedego_louvain", "partition.test_num=200"]
@@ -29,15 +29,19 @@ LABEL_DATASET_OVERRIDES = {d: [*o, "partition.client_size=0.3"] if d == "CoraFul
                            for d, o in DATASET_OVERRIDES.items()}
 DATASETS = ["Cora", "CiteSeer", "WikiCS", "CoraFull"]
 
-BASELINE = ["model=mlp_sage", "model.layers=2"]
+# FedEgo's code trains and scores every method on 2-hop x 6 neighbourhoods sampled with
+# replacement (its NeighborLoader), each epoch on a fresh fifth of a client's nodes (PROTOCOL);
+# FedGCN alone trains on the whole graph, and FedEgo samples its own ego-graphs.
+SAMPLED = ["sampling.fanouts=[6,6]", "sampling.evaluate=sampled"]
+BASELINE = ["model=mlp_sage", "model.layers=2", *SAMPLED]
 METHODS = [Variant("local", "local", tuple(BASELINE)),
            Variant("fedavg", "fedavg", tuple(BASELINE)),
            Variant("fedprox", "fedprox", (*BASELINE, "fedprox.adaptive=true")),
            Variant("graphfl", "graphfl", tuple(BASELINE)),
            Variant("d-fedgnn", "d-fedgnn", tuple(BASELINE)),
            Variant("fedgcn", "fedgcn", ("model.layers=2",)),
-           Variant("fedsage", "fedsage", ("model.layers=2",)),
-           Variant("fedsage+", "fedsage+", ("model.layers=2",)),
+           Variant("fedsage", "fedsage", ("model.layers=2", *SAMPLED)),
+           Variant("fedsage+", "fedsage+", ("model.layers=2", *SAMPLED)),
            Variant("fedego", "fedego")]
 _ORDER = [v.method for v in METHODS]
 

@@ -13,6 +13,8 @@ from torch import Tensor, nn
 from torch_geometric.data import Batch, Data
 
 from graphfed.data.federated import SPLITS, ClientData, GraphClient, NodeClient
+from graphfed.data.sampling import NeighbourSampler, SamplingOptions
+from graphfed.errors import GraphfedError
 
 
 @dataclass
@@ -53,13 +55,27 @@ class GraphBatch:
 
 
 class PreparedNodeClient:
-    def __init__(self, client: NodeClient, model: nn.Module, device: torch.device):
+    """A node-level client on the device. Mini-batches are its training nodes over the whole
+    graph, or, with ``sampling.fanouts``, over their sampled neighbourhoods (see
+    ``SamplingOptions``); each epoch may train on a fresh subset (``sampling.train_fraction``)."""
+
+    def __init__(self, client: NodeClient, model: nn.Module, device: torch.device,
+                 sampling: SamplingOptions | None = None):
         g = model.prepare(client.graph).to(device)
         self.x, self.edge_index = g.x, g.edge_index
         self.edge_weight = getattr(g, "edge_weight", None)
         self.y = client.graph.y.to(device)
         self.index = {s: torch.nonzero(getattr(client.graph, f"{s}_mask")).view(-1).to(device)
                       for s in SPLITS}
+        self.sampling = sampling or SamplingOptions()
+        if self.sampling.fanouts and self.edge_weight is not None:
+            raise GraphfedError(
+                f"sampling.fanouts: {type(model).__name__} weights edges by whole-graph degrees "
+                "(GCN normalisation), which a sampled neighbourhood does not have; use a model "
+                "that reads plain edges (sage, gat, mlp, mlp_sage) or leave sampling.fanouts "
+                "unset")
+        self.sampler = (NeighbourSampler(self.edge_index, len(self.y))
+                        if self.sampling.fanouts else None)
         # the raw subgraph and its nodes' ids in the full graph, for methods that exchange
         # per-node statistics before training (FedGCN); not moved to the device
         self.graph, self.global_ids = client.graph, client.global_ids
@@ -67,21 +83,44 @@ class PreparedNodeClient:
     def num_samples(self, split: str) -> int:
         return len(self.index[split])
 
+    def batch_of(self, nodes: Tensor) -> NodeBatch:
+        """The loss inputs for distinct ``nodes``: the whole graph, or their sampled
+        neighbourhood (read through ``self.x``, so a view with other features samples those)."""
+        if self.sampler is None:
+            return NodeBatch(self.x, self.edge_index, self.edge_weight, self.y, nodes)
+        ids, edges = self.sampler.subgraph(nodes, self.sampling.fanouts)
+        return NodeBatch(self.x[ids], edges, None, self.y[ids],
+                         torch.arange(len(nodes), device=nodes.device))
+
     def outputs(self, model: nn.Module, call, splits) -> dict[str, tuple[Tensor, Tensor]]:
-        """Logits and targets per split from a single full-graph forward pass."""
+        """Logits and targets per split: one full-graph forward pass, or with sampled
+        evaluation each split's nodes on a sampled neighbourhood."""
+        wanted = [s for s in splits if self.num_samples(s)]
+        if self.sampler is not None and self.sampling.evaluate == "sampled":
+            batches = {s: self.batch_of(self.index[s]) for s in wanted}
+            return {s: (b.forward(model, call), b.targets) for s, b in batches.items()}
         logits = call(model, (self.x, self.edge_index, self.edge_weight))
-        return {s: (logits[self.index[s]], self.y[self.index[s]]) for s in splits
-                if self.num_samples(s)}
+        return {s: (logits[self.index[s]], self.y[self.index[s]]) for s in wanted}
+
+    def epoch_nodes(self, split: str, batch_size: int | None, shuffle: bool) -> Tensor:
+        """The nodes one epoch visits, in order: on the train split a fresh random subset of
+        ``train_fraction`` of the client's node count; shuffled when cut into mini-batches."""
+        index = self.index[split]
+        subsample = split == "train" and self.sampling.train_fraction < 1.0
+        whole = batch_size is None or batch_size >= len(index)
+        if subsample or (shuffle and not whole):
+            index = index[torch.randperm(len(index), device=index.device)]
+        if subsample:
+            index = index[:max(1, int(len(self.y) * self.sampling.train_fraction))]
+        return index
 
     def batches(self, split: str, batch_size: int | None, shuffle: bool):
-        index = self.index[split]
+        index = self.epoch_nodes(split, batch_size, shuffle)
         if batch_size is None or batch_size >= len(index):
-            yield NodeBatch(self.x, self.edge_index, self.edge_weight, self.y, index)
+            yield self.batch_of(index)
             return
-        if shuffle:
-            index = index[torch.randperm(len(index), device=index.device)]
         for chunk in index.split(batch_size):
-            yield NodeBatch(self.x, self.edge_index, self.edge_weight, self.y, chunk)
+            yield self.batch_of(chunk)
 
 
 class _CollatedGraphs:
@@ -149,7 +188,8 @@ class PreparedGraphClient:
 PreparedClient = PreparedNodeClient | PreparedGraphClient
 
 
-def prepare_client(client: ClientData, model: nn.Module, device: torch.device) -> PreparedClient:
+def prepare_client(client: ClientData, model: nn.Module, device: torch.device,
+                   sampling: SamplingOptions | None = None) -> PreparedClient:
     if isinstance(client, NodeClient):
-        return PreparedNodeClient(client, model, device)
+        return PreparedNodeClient(client, model, device, sampling)
     return PreparedGraphClient(client, model, device)

@@ -82,10 +82,10 @@ def _node(config_text: str, seed: int, source: str) -> Node:
     device = resolve_device(config.device)
     algorithm, trainer, setup = build_algorithm(config, seed, owner.level, owner.num_features,
                                                 owner.num_classes, owner.num_clients, device)
-    shared = (prepare_client(owner.global_test, trainer.model, device)
+    shared = (prepare_client(owner.global_test, trainer.model, device, config.sampling)
               if config.client_global_eval and owner.global_test is not None else None)
     return Node(owner.client_id, algorithm.client(setup), trainer,
-                prepare_client(owner.data, trainer.model, device), shared)
+                prepare_client(owner.data, trainer.model, device, config.sampling), shared)
 
 
 def _load_state(context: Context, seed: int) -> dict[str, Any]:
