@@ -107,9 +107,12 @@ def test_tiny_fedego_reproduction_reports_max_and_final_f1_and_upload_mib(tmp_pa
     preset = get_preset("fedego-batch")
     monkeypatch.setattr(preset, "base", [*preset.base, "model.hidden=16", "local_epochs=1",
                                          "partition.test_num=50"])
-    monkeypatch.setattr(preset, "quick", ["rounds=3", "eval_every=1"])
     out, rows, skipped = reproduce("fedego-batch", methods=["fedego[b=32]"], datasets=["Cora"],
-                                   seeds=1, quick=True, out=tmp_path / "e", progress=False)
+                                   seeds=1, out=tmp_path / "e", progress=False,
+                                   overrides=("rounds=3", "eval_every=1"))
+    assert "with rounds=3 eval_every=1" in (out / "table.md").read_text().splitlines()[0]
+    assert len((out / "runs" / "fedego[b=32]-Cora" / "seed-0" / "metrics.jsonl")
+               .read_text().splitlines()) == 3
     cells = {r["metric"]: r["ours_mean"] for r in rows}
     assert not skipped and set(cells) >= {"local_f1", "global_f1", "local_f1_final",
                                           "global_f1_final", "ego_mib", "param_mib", "minutes"}
@@ -119,3 +122,11 @@ def test_tiny_fedego_reproduction_reports_max_and_final_f1_and_upload_mib(tmp_pa
     assert (out / "f1_curves.png").stat().st_size > 0
     with (out / "table.csv").open() as f:
         assert tuple(next(csv.DictReader(f))) == COLUMNS
+
+
+def test_a_bad_override_is_refused_before_any_training(tmp_path):
+    result = CliRunner().invoke(app, ["reproduce", "fedego-table2-3", "--datasets", "Cora",
+                                      "--methods", "fedavg", "--set", "rounds=0",
+                                      "--out", str(tmp_path / "x")])
+    assert result.exit_code == 2 and "rounds" in result.output
+    assert not list((tmp_path / "x" / "runs").iterdir())

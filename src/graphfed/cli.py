@@ -133,6 +133,9 @@ def reproduce(
                                              "local or global")] = "local",
     list_presets: Annotated[bool, typer.Option("--list", help="list the presets")] = False,
     quiet: Annotated[bool, typer.Option(help="no progress bars")] = False,
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", help="KEY=VALUE config override for every cell, after the preset's (e.g. "
+        "rounds=100); repeatable, named in the table's title")] = None,
 ) -> None:
     """Reproduce a paper's table: run every cell, write table.csv/table.md beside the paper's."""
     from graphfed.reproduce.preset import REGISTRY
@@ -148,7 +151,8 @@ def reproduce(
         return ([t.strip() for t in text.split(",") if t.strip()] if text else None)
     try:
         out_dir, rows, skipped = run_preset(name, split(methods), split(datasets), seeds, quick,
-                                            out, progress=not quiet, fairness_on=fairness_on)
+                                            out, progress=not quiet, fairness_on=fairness_on,
+                                            overrides=tuple(set_ or ()))
     except GraphfedError as e:
         _fail(str(e))
     table = Table(title=f"{name}: ours (mean ± std) beside the paper")

@@ -68,15 +68,18 @@ def select(preset: Preset, methods: list[str] | None, datasets: list[str] | None
 
 
 def cell_config(preset: Preset, variant: Variant, dataset: str, seeds: list[int],
-                quick: bool, fairness_on: str = "local") -> ExperimentConfig:
+                quick: bool, fairness_on: str = "local", overrides: tuple[str, ...] = ()
+                ) -> ExperimentConfig:
+    """The cell's config: the paper's protocol, the dataset's and the row's settings, then
+    ``--quick`` and the caller's own ``overrides`` (e.g. fewer rounds), which win."""
     extra = ["client_global_eval=true"] if fairness_on == "global" else []
-    overrides = [*preset.base, *extra, f"dataset={dataset}",
+    settings = [*preset.base, *extra, f"dataset={dataset}",
                  *preset.dataset_overrides.get(dataset, []),
                  f"algorithm={variant.algorithm or 'local'}", *variant.overrides,
                  *preset.cell_overrides.get((variant.method, dataset), []),
-                 *(preset.quick if quick else []), f"seeds={seeds}",
+                 *(preset.quick if quick else []), *overrides, f"seeds={seeds}",
                  f"name={variant.method}-{dataset}"]
-    return load_config(None, overrides)
+    return load_config(None, settings)
 
 
 def run_cell(cell: Cell, runs: Path, progress: bool) -> None:
@@ -247,8 +250,8 @@ def write_tables(rows: list[dict], out: Path, title: str, notes: str) -> None:
 
 def reproduce(name: str, methods: list[str] | None = None, datasets: list[str] | None = None,
               seeds: int | None = None, quick: bool = False, out: Path | None = None,
-              progress: bool = True, fairness_on: str = "local"
-              ) -> tuple[Path, list[dict], list[str]]:
+              progress: bool = True, fairness_on: str = "local",
+              overrides: tuple[str, ...] = ()) -> tuple[Path, list[dict], list[str]]:
     """Run preset ``name``; returns the output directory, the table rows and what was skipped.
 
     ``fairness_on``: the test set behind model-gradient fairness, each agent's local one
@@ -271,7 +274,7 @@ def reproduce(name: str, methods: list[str] | None = None, datasets: list[str] |
         for dataset in (d for d in wanted if is_present(d)):
             for variant in variants:
                 cell = Cell(variant, dataset, cell_config(preset, variant, dataset, seed_list,
-                                                          quick, fairness_on))
+                                                          quick, fairness_on, overrides))
                 if variant.algorithm is not None:
                     run_cell(cell, runs, progress)
                 cells.append(cell)
@@ -282,7 +285,8 @@ def reproduce(name: str, methods: list[str] | None = None, datasets: list[str] |
         reference = next((c for c in cells if c.dataset == cell.dataset
                           and c.variant.method == preset.reference), None)
         rows.extend(cell_rows(preset, cell, reference, seed_list, vectors, fairness_on))
-    title = f"{name}: {preset.description} ({count} seeds{', quick' if quick else ''})"
+    changed = f", with {' '.join(overrides)}" if overrides else ""
+    title = f"{name}: {preset.description} ({count} seeds{', quick' if quick else ''}{changed})"
     write_tables(rows, out, title, preset.notes)
     (out / "vectors.json").write_text(json.dumps(vectors, indent=1))
     for figure in preset.figures:
