@@ -286,7 +286,8 @@ def reproduce(name: str, methods: list[str] | None = None, datasets: list[str] |
                           and c.variant.method == preset.reference), None)
         rows.extend(cell_rows(preset, cell, reference, seed_list, vectors, fairness_on))
     changed = f", with {' '.join(overrides)}" if overrides else ""
-    title = f"{name}: {preset.description} ({count} seeds{', quick' if quick else ''}{changed})"
+    scope = f"{count} seed{'s' if count != 1 else ''}{', quick' if quick else ''}{changed}"
+    title = f"{name}: {preset.description} ({scope})"
     write_tables(rows, out, title, preset.notes)
     (out / "vectors.json").write_text(json.dumps(vectors, indent=1))
     for figure in preset.figures:
