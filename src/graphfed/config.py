@@ -20,7 +20,7 @@ from graphfed.data.partition import (
     PartitionOptions,
     check_partition_level,
 )
-from graphfed.data.sampling import SamplingOptions
+from graphfed.data.sampling import WHOLE_GRAPH_WEIGHTS, SamplingOptions
 from graphfed.data.synthetic import CSBMOptions
 from graphfed.errors import GraphfedError
 from graphfed.models.gnn import ModelOptions
@@ -156,9 +156,7 @@ class ExperimentConfig(BaseModel):
             raise ValueError("fedego samples its own ego-graphs (fedego.hops, fedego.fanout; "
                              "fedego.eval_sampling); leave sampling.fanouts unset")
         if fanouts and get_algorithm(self.algorithm).model is None and self.model.name == "gcn":
-            raise ValueError("sampling.fanouts: gcn weights edges by whole-graph degrees, "
-                             "which a sampled neighbourhood does not have; choose model sage, "
-                             "gat, mlp or mlp_sage")
+            raise ValueError(f"sampling.fanouts: gcn {WHOLE_GRAPH_WEIGHTS}")
 
     @property
     def level(self) -> str:

@@ -116,15 +116,19 @@ class EgoView:
 
     def __init__(self, data: PreparedNodeClient, options: FedEgoOptions):
         self.data, self.options = data, options
-        self.sampler = NeighbourSampler(data.edge_index, len(data.y), options.hops, options.fanout)
+        self.sampler = NeighbourSampler(data.edge_index, len(data.y))
         self.size = tree_size(options.hops, options.fanout)
 
     def num_samples(self, split: str) -> int:
         return self.data.num_samples(split)
 
     def trees(self, centres: Tensor, targets: Tensor) -> TreeBatch:
-        distinct, positions = self.sampler.sample(centres).unique(return_inverse=True)
+        distinct, positions = self.sample(centres).unique(return_inverse=True)
         return TreeBatch(self.data.x[distinct], targets, positions)
+
+    def sample(self, centres: Tensor) -> Tensor:
+        """Aligned ego-trees of FedEgo's shape around ``centres``, (len(centres), size)."""
+        return self.sampler.sample(centres, self.options.hops, self.options.fanout)
 
     def batches(self, split: str, batch_size: int | None, shuffle: bool):
         index = self.data.epoch_nodes(split, batch_size, shuffle)
@@ -166,7 +170,7 @@ def mashed_ego_graphs(view: EgoView, model, theta: Params, num_classes: int, bat
     index = index[torch.randperm(len(index), device=index.device)]
     embeddings, labels = [], []
     for chunk in index.split(batch_size):
-        nodes = view.sampler.sample(chunk)  # (b, size), aligned by position
+        nodes = view.sample(chunk)  # (b, size), aligned by position
         if options.ego:
             values, onehot = reduced[nodes], F.one_hot(data.y[nodes], num_classes).float()
         else:  # w/o EGO: the centres' embeddings from the SAGE reduction, no structure

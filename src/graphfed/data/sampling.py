@@ -15,6 +15,10 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 from torch import Tensor
 from torch_geometric.utils import to_undirected
 
+WHOLE_GRAPH_WEIGHTS = ("weights edges by whole-graph degrees (GCN normalisation), which a "
+                       "sampled neighbourhood does not have; use a model that reads plain edges "
+                       "(sage, gat, mlp, mlp_sage) or leave sampling.fanouts unset")
+
 
 class SamplingOptions(BaseModel):
     """How node-level clients cut their training (and optionally evaluation) nodes into
@@ -38,13 +42,12 @@ class SamplingOptions(BaseModel):
 class NeighbourSampler:
     """Draws neighbours of a graph's nodes from its (undirected) CSR adjacency."""
 
-    def __init__(self, edge_index: Tensor, num_nodes: int, hops: int = 2, fanout: int = 6):
+    def __init__(self, edge_index: Tensor, num_nodes: int):
         edges = to_undirected(edge_index, num_nodes=num_nodes)
         order = torch.argsort(edges[1] * num_nodes + edges[0])
         self.sources = edges[0, order]
         self.degree = torch.bincount(edges[1], minlength=num_nodes)
         self.start = torch.cumsum(self.degree, 0) - self.degree
-        self.hops, self.fanout = hops, fanout
         self.num_nodes = num_nodes
 
     def draw(self, parents: Tensor, fanout: int, generator: torch.Generator | None = None
@@ -59,12 +62,13 @@ class NeighbourSampler:
         neighbours[has] = self.sources[slot[has]]
         return neighbours
 
-    def sample(self, centres: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    def sample(self, centres: Tensor, hops: int = 2, fanout: int = 6,
+               generator: torch.Generator | None = None) -> Tensor:
         """Fixed-shape ego-trees: node ids of shape (len(centres), tree_size), position 0 the
         centre and the children of position p at ``fanout * p + 1 ... fanout * p + fanout``."""
         levels = [centres.view(-1, 1)]
-        for _ in range(self.hops):
-            levels.append(self.draw(levels[-1], self.fanout, generator).reshape(len(centres), -1))
+        for _ in range(hops):
+            levels.append(self.draw(levels[-1], fanout, generator).reshape(len(centres), -1))
         return torch.cat(levels, dim=1)
 
     def subgraph(self, centres: Tensor, fanouts: list[int]) -> tuple[Tensor, Tensor]:

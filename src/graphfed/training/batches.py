@@ -13,7 +13,7 @@ from torch import Tensor, nn
 from torch_geometric.data import Batch, Data
 
 from graphfed.data.federated import SPLITS, ClientData, GraphClient, NodeClient
-from graphfed.data.sampling import NeighbourSampler, SamplingOptions
+from graphfed.data.sampling import WHOLE_GRAPH_WEIGHTS, NeighbourSampler, SamplingOptions
 from graphfed.errors import GraphfedError
 
 
@@ -69,11 +69,8 @@ class PreparedNodeClient:
                       for s in SPLITS}
         self.sampling = sampling or SamplingOptions()
         if self.sampling.fanouts and self.edge_weight is not None:
-            raise GraphfedError(
-                f"sampling.fanouts: {type(model).__name__} weights edges by whole-graph degrees "
-                "(GCN normalisation), which a sampled neighbourhood does not have; use a model "
-                "that reads plain edges (sage, gat, mlp, mlp_sage) or leave sampling.fanouts "
-                "unset")
+            raise GraphfedError(f"sampling.fanouts: {type(model).__name__} "
+                                f"{WHOLE_GRAPH_WEIGHTS}")
         self.sampler = (NeighbourSampler(self.edge_index, len(self.y))
                         if self.sampling.fanouts else None)
         # the raw subgraph and its nodes' ids in the full graph, for methods that exchange
