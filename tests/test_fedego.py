@@ -19,6 +19,7 @@ from graphfed.algorithms.fedego import (
 from graphfed.config import load_config
 from graphfed.data.federated import build_partition, materialize
 from graphfed.data.partition import parse_partition
+from graphfed.data.partition.fedego import code_edge_relabel
 from graphfed.data.sampling import NeighbourSampler
 from graphfed.experiment import build_federation
 from graphfed.models.ego import (
@@ -174,6 +175,37 @@ def test_louvain_split_gives_n_plus_1_disjoint_parts_with_part_0_as_the_test_gra
     config = load_config(None, ["dataset=Cora", "algorithm=fedego", "partition=fedego_louvain",
                                 "client_global_eval=true"])  # part 0 is a global test graph
     assert config.partition.has_global_test
+
+
+def test_code_edge_relabel_numbers_nodes_by_first_appearance_along_the_edge_list():
+    edge_index = torch.tensor([[4, 4, 2, 0], [2, 0, 4, 4]])  # node 1 and 3 have no edge
+    relabel = code_edge_relabel(edge_index, 5)
+    assert relabel.tolist() == [2, 3, 1, 4, 0]  # 4 first, then 2, then 0; 1 and 3 last
+
+
+@require("Cora")
+def test_code_misalignment_keeps_features_in_place_and_decouples_labels_from_structure(cora):
+    """FedEgo's code split a graph whose edges were renumbered but whose features were not."""
+    options = parse_partition({"name": "fedego_louvain", "code_misalignment": True})
+    artifact = build_partition(cora, options, 5, seed=0)
+    data = materialize(cora, artifact)
+    relabel = code_edge_relabel(cora.graph.edge_index, cora.graph.num_nodes)
+    client, ids = data.clients[0], artifact.client_ids[0]
+    assert torch.equal(client.graph.x, cora.graph.x[ids])  # features keep dataset order
+    assert torch.equal(client.graph.y, cora.graph.y[ids])
+    position = torch.full((cora.graph.num_nodes,), -1)
+    position[ids] = torch.arange(len(ids))
+    renumbered = relabel[cora.graph.edge_index]
+    inside = (position[renumbered] >= 0).all(0)
+    expected = {tuple(e) for e in position[renumbered[:, inside]].t().tolist()}
+    assert {tuple(e) for e in client.graph.edge_index.t().tolist()} == expected
+
+    def homophily(graph):
+        src, dst = graph.edge_index
+        return float((graph.y[src] == graph.y[dst]).float().mean())
+    aligned = materialize(cora, build_partition(
+        cora, parse_partition({"name": "fedego_louvain"}), 5, seed=0))
+    assert homophily(aligned.clients[0].graph) > 0.7 > 0.35 > homophily(client.graph)
 
 
 def _federation(*overrides):

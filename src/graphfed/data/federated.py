@@ -68,6 +68,7 @@ class PartitionArtifact:
     client_splits: list[torch.Tensor]  # per id: 0 train, 1 val, 2 test
     global_test_ids: torch.Tensor
     perturbed_edges: list[dict[int, torch.Tensor]] = field(default_factory=list)
+    edge_relabel: torch.Tensor | None = None  # node-level: the split graph's edges were renumbered
 
 
 @dataclass
@@ -124,7 +125,8 @@ def build_partition(data: GraphDataset, options: PartitionBase, num_clients: int
     plan = options.plan(data.graph, num_clients, seed, rng) if data.level == "node" else None
     if plan is not None:
         return PartitionArtifact(partition_id(params), params, data.level, plan.client_ids,
-                                 plan.client_splits, plan.global_test)
+                                 plan.client_splits, plan.global_test,
+                                 edge_relabel=plan.edge_relabel)
     total = data.graph.num_nodes if data.level == "node" else len(data.graphs)
     order = rng.permutation(total)
     n_test = round(options.global_test * total)
@@ -202,14 +204,23 @@ def _graph_client(graphs: list[Data], ids: torch.Tensor, splits: torch.Tensor,
                                   id_split.items()})
 
 
+def _split_graph(graph: Data, edge_relabel: torch.Tensor | None) -> Data:
+    """The graph the partition split: the dataset's, or its edges renumbered with features and
+    labels left in place (FedEgo's code-compatible Louvain option)."""
+    if edge_relabel is None:
+        return graph
+    return Data(x=graph.x, y=graph.y, edge_index=edge_relabel[graph.edge_index])
+
+
 def materialize(data: GraphDataset, artifact: PartitionArtifact) -> FederatedData:
     """Rebuild the clients (and global test set) that ``artifact`` describes from ``data``."""
     test_ids = artifact.global_test_ids
     if data.level == "node":
-        clients = [_node_client(data.graph, ids, splits)
+        graph = _split_graph(data.graph, artifact.edge_relabel)
+        clients = [_node_client(graph, ids, splits)
                    for ids, splits in zip(artifact.client_ids, artifact.client_splits,
                                           strict=True)]
-        global_test = (_node_client(data.graph, test_ids, torch.full_like(test_ids, 2))
+        global_test = (_node_client(graph, test_ids, torch.full_like(test_ids, 2))
                        if len(test_ids) else None)
     else:
         flips = artifact.perturbed_edges or [{} for _ in artifact.client_ids]

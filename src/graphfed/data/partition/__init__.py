@@ -160,6 +160,9 @@ class FedEgoLouvainPartition(PartitionBase):
     test_num: int = Field(200, ge=1, description="local test nodes per client")
     val_fraction: float = Field(0.2, ge=0.0, lt=1.0, description=VAL_FIFTH)
     delta: int = Field(20, ge=0, description="allowed part-size gap (its code's 20)")
+    code_misalignment: bool = Field(
+        False, description="split the graph FedEgo's code split: edges renumbered, features and "
+        "labels not (labels decoupled from structure; its Tables 4-5 come from this)")
 
     @field_validator("global_test")
     @classmethod
@@ -175,7 +178,7 @@ class FedEgoLouvainPartition(PartitionBase):
 
     def plan(self, graph, num_clients, seed, rng):
         return louvain_plan(graph, num_clients, self.test_num, self.val_fraction, seed,
-                            self.delta)
+                            self.delta, self.code_misalignment)
 
 
 PARTITIONS = {cls.model_fields["name"].default: cls for cls in (

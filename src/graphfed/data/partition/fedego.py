@@ -34,6 +34,7 @@ class SplitPlan:
     global_test: torch.Tensor
     client_ids: list[torch.Tensor]
     client_splits: list[torch.Tensor]
+    edge_relabel: torch.Tensor | None = None  # node ids of the graph that was split, if renumbered
 
 
 def _neighbour_sets(graph: Data) -> list[set[int]]:
@@ -120,14 +121,34 @@ def community_parts(communities: list[list[int]], num_parts: int, num_nodes: int
     return parts
 
 
+def code_edge_relabel(edge_index: torch.Tensor, num_nodes: int) -> torch.Tensor:
+    """The renumbering FedEgo's data loader applies to the edges: nodes in order of first
+    appearance along the edge list (source, then target), nodes without edges last.
+
+    Its Louvain path splits a graph whose *edges* carry these ids while features and labels keep
+    the dataset's order (the edge array is renumbered in place through a NumPy view of the
+    tensor), so a node's label no longer matches its place in the structure."""
+    sequence = edge_index.t().reshape(-1).numpy()
+    nodes, first = np.unique(sequence, return_index=True)
+    relabel = np.full(num_nodes, -1, dtype=np.int64)
+    relabel[nodes[np.argsort(first)]] = np.arange(len(nodes))
+    unseen = relabel < 0
+    relabel[unseen] = np.arange(len(nodes), num_nodes)
+    return torch.from_numpy(relabel)
+
+
 def louvain_plan(graph: Data, num_clients: int, test_num: int, val_fraction: float, seed: int,
-                 delta: int = 20) -> SplitPlan:
+                 delta: int = 20, code_misalignment: bool = False) -> SplitPlan:
     """FedEgo's community split (its code's ``split_mode='louvain'``): part 0 is the global test
     graph, parts 1..N the clients; each client's last ``test_num`` nodes (node order) test, the
-    validation fifth before them."""
+    validation fifth before them. ``code_misalignment`` splits the graph its code actually split
+    (``code_edge_relabel``), for comparison with the paper's Tables 4-5."""
+    relabel = code_edge_relabel(graph.edge_index, graph.num_nodes) if code_misalignment else None
+    if relabel is not None:
+        graph = Data(edge_index=relabel[graph.edge_index], y=graph.y, num_nodes=graph.num_nodes)
     communities = louvain_communities(graph, seed)
     parts = community_parts(communities, num_clients + 1, graph.num_nodes, delta)
     ids = [np.sort(np.array(p, dtype=np.int64)) for p in parts]
     return SplitPlan(torch.as_tensor(ids[0], dtype=torch.long),
                      [torch.as_tensor(p, dtype=torch.long) for p in ids[1:]],
-                     [_code_splits(p, test_num, val_fraction) for p in ids[1:]])
+                     [_code_splits(p, test_num, val_fraction) for p in ids[1:]], relabel)
