@@ -20,6 +20,7 @@ from torch_geometric.utils import subgraph
 
 from graphfed.data.datasets import GraphDataset, Level, cache_dir
 from graphfed.data.partition import PartitionBase, check_flip_length, check_partition_level
+from graphfed.data.partition.fedego import renumbered_graph
 from graphfed.data.partition.graph import flip_edges
 
 SPLITS = ("train", "val", "test")
@@ -204,19 +205,12 @@ def _graph_client(graphs: list[Data], ids: torch.Tensor, splits: torch.Tensor,
                                   id_split.items()})
 
 
-def _split_graph(graph: Data, edge_relabel: torch.Tensor | None) -> Data:
-    """The graph the partition split: the dataset's, or its edges renumbered with features and
-    labels left in place (FedEgo's code-compatible Louvain option)."""
-    if edge_relabel is None:
-        return graph
-    return Data(x=graph.x, y=graph.y, edge_index=edge_relabel[graph.edge_index])
-
-
 def materialize(data: GraphDataset, artifact: PartitionArtifact) -> FederatedData:
     """Rebuild the clients (and global test set) that ``artifact`` describes from ``data``."""
     test_ids = artifact.global_test_ids
     if data.level == "node":
-        graph = _split_graph(data.graph, artifact.edge_relabel)
+        graph = (data.graph if artifact.edge_relabel is None  # the graph the partition split
+                 else renumbered_graph(data.graph, artifact.edge_relabel))
         clients = [_node_client(graph, ids, splits)
                    for ids, splits in zip(artifact.client_ids, artifact.client_splits,
                                           strict=True)]

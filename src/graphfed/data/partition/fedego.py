@@ -137,6 +137,13 @@ def code_edge_relabel(edge_index: torch.Tensor, num_nodes: int) -> torch.Tensor:
     return torch.from_numpy(relabel)
 
 
+def renumbered_graph(graph: Data, relabel: torch.Tensor) -> Data:
+    """``graph`` with its edges renumbered by ``relabel`` and its features and labels left in
+    place: the graph FedEgo's code hands to its Louvain splitter."""
+    return Data(x=graph.x, y=graph.y, edge_index=relabel[graph.edge_index],
+                num_nodes=graph.num_nodes)
+
+
 def louvain_plan(graph: Data, num_clients: int, test_num: int, val_fraction: float, seed: int,
                  delta: int = 20, code_misalignment: bool = False) -> SplitPlan:
     """FedEgo's community split (its code's ``split_mode='louvain'``): part 0 is the global test
@@ -145,7 +152,7 @@ def louvain_plan(graph: Data, num_clients: int, test_num: int, val_fraction: flo
     (``code_edge_relabel``), for comparison with the paper's Tables 4-5."""
     relabel = code_edge_relabel(graph.edge_index, graph.num_nodes) if code_misalignment else None
     if relabel is not None:
-        graph = Data(edge_index=relabel[graph.edge_index], y=graph.y, num_nodes=graph.num_nodes)
+        graph = renumbered_graph(graph, relabel)
     communities = louvain_communities(graph, seed)
     parts = community_parts(communities, num_clients + 1, graph.num_nodes, delta)
     ids = [np.sort(np.array(p, dtype=np.int64)) for p in parts]
