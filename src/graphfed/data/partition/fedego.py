@@ -150,8 +150,9 @@ def louvain_plan(graph: Data, num_clients: int, test_num: int, val_fraction: flo
     graph, parts 1..N the clients; each client's last ``test_num`` nodes (node order) test, the
     validation fifth before them. ``code_misalignment`` splits the graph its code actually split
     (``code_edge_relabel``), for comparison with the paper's Tables 4-5."""
-    relabel = code_edge_relabel(graph.edge_index, graph.num_nodes) if code_misalignment else None
-    if relabel is not None:
+    relabel = None
+    if code_misalignment:
+        relabel = code_edge_relabel(graph.edge_index, graph.num_nodes)
         graph = renumbered_graph(graph, relabel)
     communities = louvain_communities(graph, seed)
     parts = community_parts(communities, num_clients + 1, graph.num_nodes, delta)
