@@ -207,6 +207,40 @@ def test_gcfl_chunking_refuses_too_many_clients(proteins):
         build_partition(proteins, parse_partition("gcfl_chunk"), 30, seed=0)
 
 
+# Agent 3 of FGFL's code split of 1,113 graphs with seed 123, as the code's own procedure
+# (np.random.seed(123) chunking, sklearn train_test_split 0.8/0.2 then 0.5/0.5) draws it.
+CODE_AGENT3_TEST = [150, 163, 174, 178, 181, 192, 567, 581, 669, 804, 880, 885, 936]
+CODE_AGENT3_VAL = [154, 155, 158, 166, 179, 183, 514, 582, 595, 662, 845, 1063]
+CODE_AGENT3_TRAIN_HEAD = [924, 531, 185, 779, 169, 728]
+
+
+@require("PROTEINS")
+def test_gcfl_code_split_replays_the_fgfl_code_and_keeps_validation_out(proteins):
+    options = parse_partition("gcfl_code")
+    artifact = build_partition(proteins, options, 10, seed=options.seed)
+    ids, splits = artifact.client_ids[3], artifact.client_splits[3]
+    assert ids[splits == 2].sort().values.tolist() == CODE_AGENT3_TEST
+    assert ids[splits == 0][:6].tolist() == CODE_AGENT3_TRAIN_HEAD
+    assert len(ids) == 123 - len(CODE_AGENT3_VAL) and not (splits == 1).any()
+    # the agents' validation graphs are the global test set: held out, never an agent's
+    test = set(artifact.global_test_ids.tolist())
+    assert set(CODE_AGENT3_VAL) <= test and len(test) == 111
+    every = torch.cat([*artifact.client_ids, artifact.global_test_ids])
+    assert torch.equal(every.sort().values, torch.arange(len(proteins.graphs)))
+    # the split does not follow the run's seed (the code fixes it for every repeat)
+    assert options.seed == 123 and parse_partition({"name": "gcfl_code"}).seed == 123
+    with pytest.raises(ValueError, match="validation graphs"):
+        parse_partition({"name": "gcfl_code", "global_test": 0.1})
+
+
+@require("PROTEINS")
+def test_gcfl_code_split_flips_only_training_graphs(proteins):
+    options = parse_partition({"name": "gcfl_code", "edge_flip": 0.5})
+    artifact = build_partition(proteins, options, 10, seed=options.seed)
+    for splits, flips in zip(artifact.client_splits, artifact.perturbed_edges, strict=True):
+        assert flips and all(splits[position] == 0 for position in flips)
+
+
 def test_quality_tiers_are_3_3_4_with_ratios_in_their_ranges():
     from graphfed.data.partition.graph import QUALITY_TIERS, quality_tier_flips
 

@@ -21,6 +21,17 @@ def test_table2_carries_the_papers_numbers_and_leaves_missing_ones_out():
     assert len(preset.variants) == 12
 
 
+def test_the_code_split_table_differs_from_table2_only_in_the_split():
+    from graphfed.config import load_config
+
+    table2, code = get_preset("fgfl-table2"), get_preset("fgfl-table2-code-split")
+    assert code.paper == table2.paper and code.variants == table2.variants
+    config = load_config(None, ["dataset=PROTEINS", "algorithm=fgfl", *code.base])
+    assert config.partition.name == "gcfl_code" and config.partition.seed == 123
+    assert [o for o in code.base if not o.startswith("partition")] == [
+        o for o in table2.base if not o.startswith("partition")]
+
+
 def test_the_markdown_table_marks_a_shortfall():
     from graphfed.reproduce.runner import gap
 

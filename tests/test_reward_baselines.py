@@ -97,3 +97,19 @@ def test_global_model_can_be_the_mean_of_the_agents_models():
     models = [ctx.state["params"] for ctx in fed.runtime.contexts]
     for name, value in fed.runtime.server.global_params().items():
         assert torch.allclose(value, sum(m[name] for m in models) / 3, atol=1e-6)
+
+
+@pytest.mark.parametrize(("apply", "moved"), [("add_to_local", True), ("discard", False)])
+def test_a_discarded_reward_reaches_the_agent_but_not_its_model(apply, moved):
+    from graphfed.incentives.rewards import encode_sparse
+
+    algorithm = get_algorithm("dw")
+    setup = Setup(level="graph", num_clients=2, num_classes=2,
+                  initial_params={"w": torch.zeros(4)},
+                  options=algorithm.options(reward_apply=apply))
+    client = algorithm.client(setup)
+    reward = Message(encode_sparse(torch.tensor([1, 3], dtype=torch.int32),
+                                   torch.tensor([0.5, -0.25]), 4))
+    received = client.receive({"w": torch.ones(4)}, reward, ctx=None)["w"]
+    assert torch.equal(received, torch.tensor([1.0, 1.5, 1.0, 0.75]) if moved
+                       else torch.ones(4))

@@ -49,9 +49,10 @@ class RewardOptions(AlgorithmOptions):
     clip_bound: float = Field(1.0, gt=0.0, description="norm bound of normalize_update=clip")
     mask_mode: MaskMode = Field("all", description="top-k over the whole vector or per tensor")
     sparsify_reward: bool = Field(True, description="false: every agent gets the full aggregate")
-    reward_apply: Literal["add_to_local", "reset_then_add"] = Field(
+    reward_apply: Literal["add_to_local", "reset_then_add", "discard"] = Field(
         "add_to_local", description="add the reward to the trained model, or to the model the "
-        "round started from")
+        "round started from; discard: sent but never applied, as in FGFL's code, whose "
+        "W[k] = W[k] + reward rebinds a dict entry and leaves the model's weights alone")
     own_step: Literal["raw", "normalized"] = Field(
         "raw", description="the agent keeps its raw local step, or its normalised update")
     global_model: Literal["accumulate", "mean_of_agents"] = Field(
@@ -166,7 +167,7 @@ class RewardClient(PersonalClient):
 
     def receive(self, params, message, ctx):
         reward = decode_sparse(message.tensors, self.dim)
-        if reward is None:
+        if reward is None or self.options.reward_apply == "discard":
             return params
         return add_flat(params, reward.to(params[self.names[0]].dtype), self.names)
 

@@ -22,6 +22,7 @@ from graphfed.data.datasets import GraphDataset, Level, cache_dir
 from graphfed.data.partition import PartitionBase, check_flip_length, check_partition_level
 from graphfed.data.partition.fedego import renumbered_graph
 from graphfed.data.partition.graph import flip_edges
+from graphfed.data.partition.plan import TRAIN, SplitPlan
 
 SPLITS = ("train", "val", "test")
 ARTIFACT_VERSION = 1
@@ -123,17 +124,26 @@ def build_partition(data: GraphDataset, options: PartitionBase, num_clients: int
     check_flip_length(options, num_clients)
     params = partition_params(data.name, dataset_options, options, num_clients, seed)
     rng = np.random.default_rng(seed)
-    plan = options.plan(data.graph, num_clients, seed, rng) if data.level == "node" else None
-    if plan is not None:
-        return PartitionArtifact(partition_id(params), params, data.level, plan.client_ids,
-                                 plan.client_splits, plan.global_test,
-                                 edge_relabel=plan.edge_relabel)
     total = data.graph.num_nodes if data.level == "node" else len(data.graphs)
+    graph = data.graph if data.level == "node" else None
+    plan = options.plan(graph, total, num_clients, seed, rng)
+    if plan is None:
+        plan = _ratio_plan(data, options, total, num_clients, seed, rng)
+    perturbed = (_flipped_training_edges(data.graphs, plan, options.edge_flip, num_clients, rng)
+                 if options.edge_flip is not None else [])
+    return PartitionArtifact(partition_id(params), params, data.level, plan.client_ids,
+                             plan.client_splits, plan.global_test, perturbed,
+                             edge_relabel=plan.edge_relabel)
+
+
+def _ratio_plan(data: GraphDataset, options: PartitionBase, total: int, num_clients: int,
+                seed: int, rng: np.random.Generator) -> SplitPlan:
+    """The usual split: a random global test cut, ``options.assign`` on the rest, then each
+    client's items split by the train/val/test ratios."""
     order = rng.permutation(total)
     n_test = round(options.global_test * total)
     global_test = torch.as_tensor(np.sort(order[:n_test]), dtype=torch.long)
     pool = torch.as_tensor(np.sort(order[n_test:]), dtype=torch.long)
-
     if data.level == "node":
         edge_index, _ = subgraph(pool, data.graph.edge_index, relabel_nodes=True,
                                  num_nodes=data.graph.num_nodes)
@@ -144,19 +154,22 @@ def build_partition(data: GraphDataset, options: PartitionBase, num_clients: int
         parts = options.assign(labels, None, num_clients, seed)
     client_ids = [pool[p] for p in parts]
     client_splits = [_split_assignment(len(ids), options.split, rng) for ids in client_ids]
+    return SplitPlan(global_test, client_ids, client_splits)
 
-    perturbed: list[dict[int, torch.Tensor]] = []
-    if options.edge_flip is not None:
-        ratios = (options.edge_flip if isinstance(options.edge_flip, list)
-                  else [options.edge_flip] * num_clients)
-        for ids, splits, ratio in zip(client_ids, client_splits, ratios, strict=True):
-            flips = {}
-            for position in torch.nonzero(splits == 0).view(-1).tolist():
-                g = data.graphs[int(ids[position])]
-                flips[position] = flip_edges(g.edge_index, g.num_nodes, ratio, rng)
-            perturbed.append(flips)
-    return PartitionArtifact(partition_id(params), params, data.level, client_ids,
-                             client_splits, global_test, perturbed)
+
+def _flipped_training_edges(graphs: list[Data], plan: SplitPlan, edge_flip: float | list[float],
+                            num_clients: int, rng: np.random.Generator
+                            ) -> list[dict[int, torch.Tensor]]:
+    """Per client, the flipped edge lists of its training graphs (FGFL's quality tiers)."""
+    ratios = edge_flip if isinstance(edge_flip, list) else [edge_flip] * num_clients
+    perturbed = []
+    for ids, splits, ratio in zip(plan.client_ids, plan.client_splits, ratios, strict=True):
+        flips = {}
+        for position in torch.nonzero(splits == TRAIN).view(-1).tolist():
+            g = graphs[int(ids[position])]
+            flips[position] = flip_edges(g.edge_index, g.num_nodes, ratio, rng)
+        perturbed.append(flips)
+    return perturbed
 
 
 def load_or_build_partition(data: GraphDataset, options: PartitionBase, num_clients: int,

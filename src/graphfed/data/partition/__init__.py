@@ -13,10 +13,11 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 from torch_geometric.data import Data
 
-from graphfed.data.partition.fedego import SplitPlan, label_skew_plan, louvain_plan
-from graphfed.data.partition.graph import gcfl_chunk_split
+from graphfed.data.partition.fedego import label_skew_plan, louvain_plan
+from graphfed.data.partition.graph import gcfl_chunk_split, gcfl_code_split
 from graphfed.data.partition.label_skew import dirichlet_split, uniform_split
 from graphfed.data.partition.node import louvain_split, major_labels_split, metis_split
+from graphfed.data.partition.plan import SplitPlan
 from graphfed.errors import GraphfedError
 
 
@@ -25,6 +26,7 @@ class PartitionBase(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     levels: ClassVar[tuple[str, ...]] = ("node", "graph")
+    own_global_test: ClassVar[str | None] = None  # where a plan takes its global test from
 
     split: tuple[float, float, float] = Field(
         (0.4, 0.3, 0.3), description="per-client train/val/test fractions (sum to 1)")
@@ -42,6 +44,13 @@ class PartitionBase(BaseModel):
             raise ValueError(f"train/val/test ratios must be non-negative and sum to 1, got {v}")
         return v
 
+    @field_validator("global_test")
+    @classmethod
+    def _global_test_not_planned(cls, v: float) -> float:
+        if v and cls.own_global_test:
+            raise ValueError(f"{cls.own_global_test}; leave global_test unset")
+        return v
+
     @field_validator("edge_flip")
     @classmethod
     def _flip_in_range(cls, v: float | list[float] | None) -> float | list[float] | None:
@@ -57,12 +66,13 @@ class PartitionBase(BaseModel):
 
     @property
     def has_global_test(self) -> bool:
-        return self.global_test > 0
+        return self.global_test > 0 or self.own_global_test is not None
 
-    def plan(self, graph: Data, num_clients: int, seed: int,
+    def plan(self, graph: Data | None, num_items: int, num_clients: int, seed: int,
              rng: np.random.Generator) -> SplitPlan | None:
         """A whole split (global test, clients, their local tests) for partitions that decide
-        all of it themselves; None: the usual global-test cut, ``assign`` and per-client ratios."""
+        all of it themselves (``graph``: node level only; ``num_items``: its nodes or graphs);
+        None: the usual global-test cut, ``assign`` and per-client ratios."""
         return None
 
 
@@ -129,6 +139,19 @@ class GCFLChunkPartition(PartitionBase):
                                 np.random.default_rng(seed))
 
 
+class GCFLCodePartition(PartitionBase):
+    """FGFL's code split replayed exactly (``gcfl_code_split``); ``split`` is unused."""
+
+    levels: ClassVar[tuple[str, ...]] = ("graph",)
+    own_global_test: ClassVar[str | None] = (
+        "gcfl_code takes the agents' validation graphs (10 %) as the global test set")
+    name: Literal["gcfl_code"] = "gcfl_code"
+    seed: int | None = Field(123, description="split seed; the code's 123 for every repeat")
+
+    def plan(self, graph, num_items, num_clients, seed, rng):
+        return gcfl_code_split(num_items, num_clients, seed)
+
+
 VAL_FIFTH = ("share of a client's nodes, just before its local test nodes, held out as validation "
              "(FedEgo: a fifth; never trained on or uploaded)")
 
@@ -146,7 +169,7 @@ class FedEgoLabelPartition(PartitionBase):
     test_num: int = Field(200, ge=1, description="local test nodes per client")
     val_fraction: float = Field(0.2, ge=0.0, lt=1.0, description=VAL_FIFTH)
 
-    def plan(self, graph, num_clients, seed, rng):
+    def plan(self, graph, num_items, num_clients, seed, rng):
         return label_skew_plan(graph, num_clients, self.global_test, self.client_size,
                                self.labels, self.major_fraction, self.test_num,
                                self.val_fraction, rng)
@@ -156,6 +179,8 @@ class FedEgoLouvainPartition(PartitionBase):
     """FedEgo's community split into N+1 parts, part 0 the global test graph."""
 
     levels: ClassVar[tuple[str, ...]] = ("node",)
+    own_global_test: ClassVar[str | None] = (
+        "fedego_louvain takes part 0 as the global test graph")
     name: Literal["fedego_louvain"] = "fedego_louvain"
     test_num: int = Field(200, ge=1, description="local test nodes per client")
     val_fraction: float = Field(0.2, ge=0.0, lt=1.0, description=VAL_FIFTH)
@@ -164,30 +189,19 @@ class FedEgoLouvainPartition(PartitionBase):
         False, description="split the graph FedEgo's code split: edges renumbered, features and "
         "labels not (labels decoupled from structure; its Tables 4-5 come from this)")
 
-    @field_validator("global_test")
-    @classmethod
-    def _part_zero_is_the_test(cls, v: float) -> float:
-        if v:
-            raise ValueError("fedego_louvain takes part 0 as the global test graph; leave "
-                             "global_test unset")
-        return v
-
-    @property
-    def has_global_test(self) -> bool:
-        return True
-
-    def plan(self, graph, num_clients, seed, rng):
+    def plan(self, graph, num_items, num_clients, seed, rng):
         return louvain_plan(graph, num_clients, self.test_num, self.val_fraction, seed,
                             self.delta, self.code_misalignment)
 
 
 PARTITIONS = {cls.model_fields["name"].default: cls for cls in (
     LouvainPartition, MetisPartition, MajorLabelsPartition, DirichletPartition, UniformPartition,
-    GCFLChunkPartition, FedEgoLabelPartition, FedEgoLouvainPartition)}
+    GCFLChunkPartition, GCFLCodePartition, FedEgoLabelPartition, FedEgoLouvainPartition)}
 
 PartitionOptions = Annotated[
     LouvainPartition | MetisPartition | MajorLabelsPartition | DirichletPartition
-    | UniformPartition | GCFLChunkPartition | FedEgoLabelPartition | FedEgoLouvainPartition,
+    | UniformPartition | GCFLChunkPartition | GCFLCodePartition | FedEgoLabelPartition
+    | FedEgoLouvainPartition,
     Field(discriminator="name"),
 ]
 

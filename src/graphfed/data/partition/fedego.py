@@ -14,27 +14,14 @@ code leaves them out of training and uploads at those positions).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 from torch_geometric.data import Data
 from torch_geometric.utils import to_undirected
 
 from graphfed.data.partition.node import louvain_communities
+from graphfed.data.partition.plan import TEST, TRAIN, VAL, SplitPlan
 from graphfed.errors import GraphfedError
-
-TRAIN, VAL, TEST = 0, 1, 2
-
-
-@dataclass
-class SplitPlan:
-    """A partition that decides all of it: global test ids, client ids and their split codes."""
-
-    global_test: torch.Tensor
-    client_ids: list[torch.Tensor]
-    client_splits: list[torch.Tensor]
-    edge_relabel: torch.Tensor | None = None  # node ids of the graph that was split, if renumbered
 
 
 def _neighbour_sets(graph: Data) -> list[set[int]]:

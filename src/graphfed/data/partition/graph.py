@@ -6,6 +6,7 @@ import numpy as np
 import torch
 from torch_geometric.utils import to_undirected
 
+from graphfed.data.partition.plan import TEST, TRAIN, SplitPlan
 from graphfed.errors import GraphfedError
 
 
@@ -50,6 +51,39 @@ def gcfl_chunk_split(num_items: int, num_clients: int, chunk: int,
     return [torch.as_tensor(np.concatenate([np.arange(j * chunk, (j + 1) * chunk),
                                             rest[owners == j]]), dtype=torch.long)
             for j in range(num_clients)]
+
+
+def _shuffle_cut(items: list[int], train: float, test: float,
+                 seed: int) -> tuple[list[int], list[int]]:
+    """scikit-learn's ``train_test_split(items, train_size=train, test_size=test, shuffle=True,
+    random_state=seed)``, replayed: one permutation from a fresh legacy RNG, the first
+    ``ceil(test * n)`` entries test, the next ``floor(train * n)`` train."""
+    n = len(items)
+    n_test, n_train = int(np.ceil(test * n)), int(np.floor(train * n))
+    order = np.random.RandomState(seed).permutation(n)
+    return ([items[i] for i in order[n_test:n_test + n_train]],
+            [items[i] for i in order[:n_test]])
+
+
+def gcfl_code_split(num_graphs: int, num_clients: int, seed: int) -> SplitPlan:
+    """The split FGFL's code (GCFL's ``prepareData_oneDS``) draws, replayed draw for draw so the
+    same ``seed`` (the code fixes 123 for every repeat) gives the same graphs: chunks of
+    ``min(50, n / N)`` consecutive graphs, one legacy ``randint`` per leftover graph, then per
+    agent an 80/20 and a 50/50 shuffle cut into train, validation and test. The code has no
+    global test set; the agents' validation graphs (10 % of all, never trained on) become it."""
+    draws = np.random.RandomState(seed)
+    chunk = min(50, num_graphs // num_clients)
+    chunks = [list(range(j * chunk, (j + 1) * chunk)) for j in range(num_clients)]
+    for graph_id in range(num_clients * chunk, num_graphs):
+        chunks[int(draws.randint(low=0, high=num_clients, size=1)[0])].append(graph_id)
+    client_ids, client_splits, val = [], [], []
+    for ids in chunks:
+        train, held_out = _shuffle_cut(ids, 0.8, 0.2, seed)
+        agent_val, agent_test = _shuffle_cut(held_out, 0.5, 0.5, seed)
+        client_ids.append(torch.tensor(train + agent_test, dtype=torch.long))
+        client_splits.append(torch.tensor([TRAIN] * len(train) + [TEST] * len(agent_test)))
+        val.extend(agent_val)
+    return SplitPlan(torch.tensor(sorted(val), dtype=torch.long), client_ids, client_splits)
 
 
 QUALITY_TIERS = {"low": (0.7, 1.0), "medium": (0.3, 0.7), "high": (0.0, 0.3)}

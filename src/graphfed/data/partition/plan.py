@@ -1,0 +1,20 @@
+"""The shape of a partition that decides the whole split itself (global test, clients, their
+local tests) instead of the usual global-test cut and per-client ratios."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+TRAIN, VAL, TEST = 0, 1, 2
+
+
+@dataclass
+class SplitPlan:
+    """Global test ids, client ids and their split codes (TRAIN/VAL/TEST)."""
+
+    global_test: torch.Tensor
+    client_ids: list[torch.Tensor]
+    client_splits: list[torch.Tensor]
+    edge_relabel: torch.Tensor | None = None  # node ids of the graph that was split, if renumbered
