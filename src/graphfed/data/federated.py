@@ -129,7 +129,7 @@ def build_partition(data: GraphDataset, options: PartitionBase, num_clients: int
     plan = options.plan(graph, total, num_clients, seed, rng)
     if plan is None:
         plan = _ratio_plan(data, options, total, num_clients, seed, rng)
-    perturbed = (_flipped_training_edges(data.graphs, plan, options.edge_flip, num_clients, rng)
+    perturbed = (_flipped_training_edges(data.graphs, plan, options.edge_flip, rng)
                  if options.edge_flip is not None else [])
     return PartitionArtifact(partition_id(params), params, data.level, plan.client_ids,
                              plan.client_splits, plan.global_test, perturbed,
@@ -158,10 +158,9 @@ def _ratio_plan(data: GraphDataset, options: PartitionBase, total: int, num_clie
 
 
 def _flipped_training_edges(graphs: list[Data], plan: SplitPlan, edge_flip: float | list[float],
-                            num_clients: int, rng: np.random.Generator
-                            ) -> list[dict[int, torch.Tensor]]:
+                            rng: np.random.Generator) -> list[dict[int, torch.Tensor]]:
     """Per client, the flipped edge lists of its training graphs (FGFL's quality tiers)."""
-    ratios = edge_flip if isinstance(edge_flip, list) else [edge_flip] * num_clients
+    ratios = edge_flip if isinstance(edge_flip, list) else [edge_flip] * len(plan.client_ids)
     perturbed = []
     for ids, splits, ratio in zip(plan.client_ids, plan.client_splits, ratios, strict=True):
         flips = {}

@@ -46,10 +46,16 @@ def gcfl_chunk_split(num_items: int, num_clients: int, chunk: int,
         raise GraphfedError(
             f"gcfl_chunk partition: {num_clients} clients x chunk {chunk} exceeds the "
             f"{num_items} graphs available; lower partition.chunk or num_clients")
-    rest = np.arange(num_clients * chunk, num_items)
-    owners = rng.integers(0, num_clients, len(rest))
-    return [torch.as_tensor(np.concatenate([np.arange(j * chunk, (j + 1) * chunk),
-                                            rest[owners == j]]), dtype=torch.long)
+    owners = rng.integers(0, num_clients, num_items - num_clients * chunk)
+    return [torch.as_tensor(ids, dtype=torch.long)
+            for ids in _chunks_then_owners(num_clients, chunk, owners)]
+
+
+def _chunks_then_owners(num_clients: int, chunk: int, owners: np.ndarray) -> list[np.ndarray]:
+    """Client j's items: [chunk*j, chunk*(j+1)), then the leftover items (from chunk*N on, in
+    order) whose drawn owner is j. Both GCFL splits share this; they differ in how they draw."""
+    rest = np.arange(num_clients * chunk, num_clients * chunk + len(owners))
+    return [np.concatenate([np.arange(j * chunk, (j + 1) * chunk), rest[owners == j]])
             for j in range(num_clients)]
 
 
@@ -73,11 +79,10 @@ def gcfl_code_split(num_graphs: int, num_clients: int, seed: int) -> SplitPlan:
     global test set; the agents' validation graphs (10 % of all, never trained on) become it."""
     draws = np.random.RandomState(seed)
     chunk = min(50, num_graphs // num_clients)
-    chunks = [list(range(j * chunk, (j + 1) * chunk)) for j in range(num_clients)]
-    for graph_id in range(num_clients * chunk, num_graphs):
-        chunks[int(draws.randint(low=0, high=num_clients, size=1)[0])].append(graph_id)
+    owners = np.array([draws.randint(low=0, high=num_clients, size=1)[0]  # one call per graph
+                       for _ in range(num_graphs - num_clients * chunk)], dtype=np.int64)
     client_ids, client_splits, val = [], [], []
-    for ids in chunks:
+    for ids in (c.tolist() for c in _chunks_then_owners(num_clients, chunk, owners)):
         train, held_out = _shuffle_cut(ids, 0.8, 0.2, seed)
         agent_val, agent_test = _shuffle_cut(held_out, 0.5, 0.5, seed)
         client_ids.append(torch.tensor(train + agent_test, dtype=torch.long))
