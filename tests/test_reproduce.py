@@ -41,6 +41,18 @@ def test_the_markdown_table_marks_a_shortfall():
     assert gap({**row, "paper": ""}) == ""
 
 
+def test_every_tradeoff_point_runs_its_own_beta_through_a_beta_sensitive_reward():
+    from graphfed.reproduce.runner import cell_config
+
+    preset = get_preset("fgfl-tradeoff")
+    seen = set()
+    for variant in preset.variants[1:]:
+        options = cell_config(preset, variant, "PROTEINS", [0], quick=False).algorithm_options()
+        assert options.reward_shape == "tanh", variant.method
+        seen.add((variant.algorithm, options.beta))
+    assert len(seen) == 5 * 4
+
+
 def test_fairness_reference_joins_a_method_selection():
     variants, datasets = select(get_preset("fgfl-table2"), ["fgfl"], ["proteins"])
     assert [v.method for v in variants] == ["self-train", "fgfl"]

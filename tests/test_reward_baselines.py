@@ -71,6 +71,24 @@ def test_rffl_removes_an_adversary_for_good():
         assert count == int(10 * value / top)
 
 
+def test_rffl_rewards_follow_beta_only_with_the_tanh_shape():
+    """FGFL's beta sweep needs CFFL's rewards sized by tanh(beta r), as its code does."""
+    dim = 1000
+    common = torch.ones(dim)
+    updates = [common + 3.0 * i * torch.eye(dim)[i] for i in range(4)]
+
+    def counts(**options):
+        server = _server("cffl", dim=dim, **options)
+        return [_round(server, rnd, updates)["reward_components"] for rnd in range(1, 20)][-1]
+
+    linear = counts(beta=0.5)
+    assert linear == counts(beta=2.0) and len(set(linear)) > 1
+    low, high = counts(reward_shape="tanh", beta=0.5), counts(reward_shape="tanh", beta=2.0)
+    # tanh saturates: a larger beta brings every agent closer to the top agent's full share
+    assert all(h >= lo >= li for h, lo, li in zip(high, low, linear, strict=True))
+    assert high != low
+
+
 @require("PROTEINS")
 @pytest.mark.parametrize("name", ["cgsv", "dw", "eu", "cffl"])
 def test_reward_methods_run_and_keep_personal_models(name):

@@ -42,6 +42,9 @@ from graphfed.training import Params
 
 class RewardOptions(AlgorithmOptions):
     beta: float = Field(1.0, gt=0.0, description="reward sharpness in tanh(beta r) (Eq. 4)")
+    reward_shape: RewardShape = Field(
+        "tanh", description="reward size: tanh(beta r) / max tanh(beta r) (CGSV, FGFL), or "
+        "r / max r (RFFL; beta then has no effect)")
     shared_params: SharedScope = Field(
         "all", description="exchanged parameters: all, or the message-passing layers only")
     normalize_update: NormalizeMode = Field(
@@ -63,8 +66,6 @@ class RewardOptions(AlgorithmOptions):
 class RewardServer(Server):
     """Values, the value-weighted aggregate, per-agent sparse rewards and a global model that
     accumulates the full aggregate (w_g <- w_g + u_N)."""
-
-    reward_shape: RewardShape = "tanh"
 
     def __init__(self, setup: Setup):
         super().__init__(setup)
@@ -120,15 +121,14 @@ class RewardServer(Server):
         alignment = torch.nn.functional.cosine_similarity(
             updates, aggregate.view(1, -1).expand_as(updates), dim=1, eps=1e-10)
         self.values = self.revalue(rnd, clients, updates, aggregate, alignment).double()
-        values = self.values[clients]
-        counts = (reward_counts(values, self.dim, self.setup.options.beta, self.reward_shape)
-                  if self.setup.options.sparsify_reward
+        values, o = self.values[clients], self.setup.options
+        counts = (reward_counts(values, self.dim, o.beta, o.reward_shape) if o.sparsify_reward
                   else torch.full((len(clients),), self.dim, dtype=torch.long))
         aggregate32 = aggregate.float()
-        self.rewards = {c: sparsify(aggregate32, int(n), self.setup.options.mask_mode,
+        self.rewards = {c: sparsify(aggregate32, int(n), o.mask_mode,
                                     self.tensor_sizes) for c, n in zip(clients, counts.tolist(),
                                                                        strict=True)}
-        if self.setup.options.global_model == "accumulate":
+        if o.global_model == "accumulate":
             self.params = add_flat(self.params, aggregate32, self.names)
         else:
             mean = torch.stack([replies[c].tensors["model"] for c in clients]).mean(0)

@@ -10,16 +10,17 @@ from pydantic import Field
 
 from graphfed.algorithms.base import Algorithm, register
 from graphfed.algorithms.gradient_rewards import RewardClient, RewardOptions, RewardServer
+from graphfed.incentives.rewards import RewardShape
 
 
 class RFFLOptions(RewardOptions):
     alpha: float = Field(0.95, ge=0.0, lt=1.0, description="EMA weight of the previous value")
     threshold: float = Field(1.0 / 3.0, ge=0.0, description="removal below threshold / |R|")
+    reward_shape: RewardShape = Field(
+        "linear", description="RFFL's r / max r; tanh: FGFL's baselines, which beta sharpens")
 
 
 class RFFLServer(RewardServer):
-    reward_shape = "linear"
-
     def __init__(self, setup):
         super().__init__(setup)
         self.reputable = torch.ones(setup.num_clients, dtype=torch.bool)
