@@ -55,6 +55,16 @@ def test_bad_input_exits_2_with_a_readable_message(tmp_path, overrides, message)
     assert not (tmp_path / "r").exists()
 
 
+def test_switching_the_partition_kind_drops_only_the_old_kinds_keys():
+    from graphfed.config import load_config
+
+    config = load_config("configs/proteins-gin.yaml", ["partition=gcfl_chunk"])
+    assert config.partition.name == "gcfl_chunk" and not hasattr(config.partition, "alpha")
+    assert config.partition.global_test == 0.1 and config.partition.split == (0.8, 0.1, 0.1)
+    same = load_config("configs/proteins-gin.yaml", ["partition.alpha=0.3", "partition=dirichlet"])
+    assert same.partition.alpha == 0.3
+
+
 @require("Cora")
 def test_graph_level_algorithm_on_a_node_dataset(tmp_path, graph_only_algorithm):
     result = invoke("run", f"algorithm={graph_only_algorithm}", "--out", str(tmp_path), "--quiet")

@@ -208,9 +208,18 @@ def apply_override(data: dict, key: str, value: Any) -> None:
         node = child
     last = parts[-1]
     if isinstance(node.get(last), dict) and isinstance(value, str):
-        node[last]["name"] = value
+        node[last] = _renamed(parts, node[last], value)
     else:
         node[last] = value
+
+
+def _renamed(path: list[str], section: dict, name: str) -> dict:
+    """A partition switched to another kind keeps only the keys that kind accepts, so
+    ``partition=gcfl_chunk`` over a Dirichlet config does not trip on its ``alpha``."""
+    kind = PARTITIONS.get(name) if path == ["partition"] else None
+    if kind is None or section.get("name") == name:
+        return {**section, "name": name}
+    return {**{k: v for k, v in section.items() if k in kind.model_fields}, "name": name}
 
 
 def parse_overrides(items: list[str]) -> list[tuple[str, Any]]:
