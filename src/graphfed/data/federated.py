@@ -19,7 +19,12 @@ from torch_geometric.data import Data
 from torch_geometric.utils import subgraph
 
 from graphfed.data.datasets import GraphDataset, Level, cache_dir
-from graphfed.data.partition import PartitionBase, check_flip_length, check_partition_level
+from graphfed.data.partition import (
+    PartitionBase,
+    RatioPartition,
+    check_flip_length,
+    check_partition_level,
+)
 from graphfed.data.partition.fedego import renumbered_graph
 from graphfed.data.partition.graph import flip_edges
 from graphfed.data.partition.plan import TRAIN, SplitPlan
@@ -126,9 +131,9 @@ def build_partition(data: GraphDataset, options: PartitionBase, num_clients: int
     rng = np.random.default_rng(seed)
     total = data.graph.num_nodes if data.level == "node" else len(data.graphs)
     graph = data.graph if data.level == "node" else None
-    plan = options.plan(graph, total, num_clients, seed, rng)
-    if plan is None:
-        plan = _ratio_plan(data, options, total, num_clients, seed, rng)
+    plan = (_ratio_plan(data, options, total, num_clients, seed, rng)
+            if isinstance(options, RatioPartition)
+            else options.plan(graph, total, num_clients, seed, rng))
     perturbed = (_flipped_training_edges(data.graphs, plan, options.edge_flip, rng)
                  if options.edge_flip is not None else [])
     return PartitionArtifact(partition_id(params), params, data.level, plan.client_ids,
@@ -136,7 +141,7 @@ def build_partition(data: GraphDataset, options: PartitionBase, num_clients: int
                              edge_relabel=plan.edge_relabel)
 
 
-def _ratio_plan(data: GraphDataset, options: PartitionBase, total: int, num_clients: int,
+def _ratio_plan(data: GraphDataset, options: RatioPartition, total: int, num_clients: int,
                 seed: int, rng: np.random.Generator) -> SplitPlan:
     """The usual split: a random global test cut, ``options.assign`` on the rest, then each
     client's items split by the train/val/test ratios."""

@@ -22,27 +22,18 @@ from graphfed.errors import GraphfedError
 
 
 class PartitionBase(BaseModel):
-    """Options every partition shares: per-client splits, a global test set, perturbation."""
+    """Options every partition shares: a global test set, the seed, perturbation."""
 
     model_config = ConfigDict(extra="forbid")
     levels: ClassVar[tuple[str, ...]] = ("node", "graph")
     own_global_test: ClassVar[str | None] = None  # where a plan takes its global test from
 
-    split: tuple[float, float, float] = Field(
-        (0.4, 0.3, 0.3), description="per-client train/val/test fractions (sum to 1)")
     global_test: float = Field(
         0.0, ge=0.0, lt=1.0, description="fraction held out as a global test set")
     seed: int | None = Field(None, description="partition seed; defaults to the run's seed")
     edge_flip: float | list[float] | None = Field(
         None, description="graph level: fraction of each client's training-graph edges flipped "
         "(one value for all, or one per client)")
-
-    @field_validator("split")
-    @classmethod
-    def _split_sums_to_one(cls, v: tuple[float, float, float]) -> tuple[float, float, float]:
-        if any(r < 0 for r in v) or abs(sum(v) - 1.0) > 1e-6:
-            raise ValueError(f"train/val/test ratios must be non-negative and sum to 1, got {v}")
-        return v
 
     @field_validator("global_test")
     @classmethod
@@ -59,24 +50,39 @@ class PartitionBase(BaseModel):
             raise ValueError(f"edge_flip ratios must lie in [0, 1], got {v}")
         return v
 
-    def assign(self, labels: torch.Tensor, graph: Data | None, num_clients: int,
-               seed: int) -> list[torch.Tensor]:
-        """Client index sets over the items ``labels`` describes (``graph``: node level only)."""
-        raise NotImplementedError
-
     @property
     def has_global_test(self) -> bool:
         return self.global_test > 0 or self.own_global_test is not None
 
     def plan(self, graph: Data | None, num_items: int, num_clients: int, seed: int,
-             rng: np.random.Generator) -> SplitPlan | None:
-        """A whole split (global test, clients, their local tests) for partitions that decide
-        all of it themselves (``graph``: node level only; ``num_items``: its nodes or graphs);
-        None: the usual global-test cut, ``assign`` and per-client ratios."""
-        return None
+             rng: np.random.Generator) -> SplitPlan:
+        """The whole split (global test, clients, their local tests) of a partition that decides
+        all of it itself (``graph``: node level only; ``num_items``: its nodes or graphs);
+        ``RatioPartition`` kinds are split by the usual path instead."""
+        raise NotImplementedError
 
 
-class LouvainPartition(PartitionBase):
+class RatioPartition(PartitionBase):
+    """A partition that only assigns items to clients: the global test is a random cut first,
+    and each client's items are split by the ``split`` ratios after."""
+
+    split: tuple[float, float, float] = Field(
+        (0.4, 0.3, 0.3), description="per-client train/val/test fractions (sum to 1)")
+
+    @field_validator("split")
+    @classmethod
+    def _split_sums_to_one(cls, v: tuple[float, float, float]) -> tuple[float, float, float]:
+        if any(r < 0 for r in v) or abs(sum(v) - 1.0) > 1e-6:
+            raise ValueError(f"train/val/test ratios must be non-negative and sum to 1, got {v}")
+        return v
+
+    def assign(self, labels: torch.Tensor, graph: Data | None, num_clients: int,
+               seed: int) -> list[torch.Tensor]:
+        """Client index sets over the items ``labels`` describes (``graph``: node level only)."""
+        raise NotImplementedError
+
+
+class LouvainPartition(RatioPartition):
     levels: ClassVar[tuple[str, ...]] = ("node",)
     name: Literal["louvain"] = "louvain"
     mode: Literal["pack", "largest"] = Field(
@@ -87,7 +93,7 @@ class LouvainPartition(PartitionBase):
         return louvain_split(graph, num_clients, self.mode, seed, self.resolution)
 
 
-class MetisPartition(PartitionBase):
+class MetisPartition(RatioPartition):
     levels: ClassVar[tuple[str, ...]] = ("node",)
     name: Literal["metis"] = "metis"
 
@@ -95,7 +101,7 @@ class MetisPartition(PartitionBase):
         return metis_split(graph, num_clients, seed)
 
 
-class MajorLabelsPartition(PartitionBase):
+class MajorLabelsPartition(RatioPartition):
     levels: ClassVar[tuple[str, ...]] = ("node",)
     name: Literal["major_labels"] = "major_labels"
     labels: int = Field(3, ge=1, description="major labels per client")
@@ -112,7 +118,7 @@ class MajorLabelsPartition(PartitionBase):
                                   np.random.default_rng(seed), self.overlap)
 
 
-class DirichletPartition(PartitionBase):
+class DirichletPartition(RatioPartition):
     name: Literal["dirichlet"] = "dirichlet"
     alpha: float = Field(0.5, gt=0.0)
     min_size: int = Field(10, ge=1)
@@ -122,14 +128,14 @@ class DirichletPartition(PartitionBase):
                                self.min_size)
 
 
-class UniformPartition(PartitionBase):
+class UniformPartition(RatioPartition):
     name: Literal["uniform"] = "uniform"
 
     def assign(self, labels, graph, num_clients, seed):
         return uniform_split(len(labels), num_clients, np.random.default_rng(seed))
 
 
-class GCFLChunkPartition(PartitionBase):
+class GCFLChunkPartition(RatioPartition):
     levels: ClassVar[tuple[str, ...]] = ("graph",)
     name: Literal["gcfl_chunk"] = "gcfl_chunk"
     chunk: int = Field(50, ge=1, description="consecutive graphs each client takes first")
@@ -140,7 +146,7 @@ class GCFLChunkPartition(PartitionBase):
 
 
 class GCFLCodePartition(PartitionBase):
-    """FGFL's code split replayed exactly (``gcfl_code_split``); ``split`` is unused."""
+    """FGFL's code split replayed exactly (``gcfl_code_split``): 80/10/10 inside each agent."""
 
     levels: ClassVar[tuple[str, ...]] = ("graph",)
     own_global_test: ClassVar[str | None] = (
@@ -158,7 +164,7 @@ VAL_FIFTH = ("share of a client's nodes, just before its local test nodes, held 
 
 class FedEgoLabelPartition(PartitionBase):
     """FedEgo's label skew; ``global_test`` is α_global, ``client_size`` α_local (its code's 0.5
-    for Cora/CiteSeer), ``test_num`` the local test nodes per client; ``split`` is unused."""
+    for Cora/CiteSeer), ``test_num`` the local test nodes per client."""
 
     levels: ClassVar[tuple[str, ...]] = ("node",)
     name: Literal["fedego_label"] = "fedego_label"
