@@ -38,6 +38,8 @@ BAD = [
     (["model=gin"], "model 'gin' does not fit the node-level dataset 'Cora'"),
     (["dataset=PROTEINS", "partition=louvain"], "partition 'louvain' is for node-level"),
     (["partition.split=[0.5,0.3,0.3]"], "ratios must be non-negative and sum to 1"),
+    (["dataset=PROTEINS", "model=gin", "partition=gcfl_code", "partition.split=[0.8,0.1,0.1]"],
+     "partition.split: unknown key; valid keys: edge_flip, global_test, name, seed"),
     (["num_clients=1000"], "1000 clients but only"),
     (["rounds"], "not of the form key=value"),
 ]
