@@ -4,7 +4,10 @@ The centralized reference trains one model for one epoch over the union of the c
 training data (same graphs, same batch size): the practical lower bound for a round. Evaluation
 is excluded from the round time and reported separately.
 
-    GRAPHFED_DATA=../shared/datasets python benchmarks/round_time.py [--repeats N]
+    GRAPHFED_DATA=../shared/datasets python benchmarks/round_time.py [--repeats N] [--device cuda]
+
+On a GPU the round includes moving every message between the clients' device and the
+server's (the CPU), which the centralized epoch does not pay.
 """
 
 from __future__ import annotations
@@ -41,20 +44,27 @@ def union_client(clients: list) -> NodeClient | GraphClient:
                        {s: torch.cat([c.global_ids[s] for c in clients]) for s in SPLITS})
 
 
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
 def timed(fn, repeats: int) -> float:
     times = []
     for _ in range(repeats):
+        _sync()
         start = time.perf_counter()
         fn()
+        _sync()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
 
-def bench(name: str, overrides: list[str], repeats: int) -> str:
-    config = load_config(None, [*overrides, "checkpoint_every=0", "device=cpu"])
+def bench(name: str, overrides: list[str], repeats: int, device: str) -> str:
+    config = load_config(None, [*overrides, "checkpoint_every=0", f"device={device}"])
     fed = build_federation(config, seed=0)
     central = prepare_client(union_client(fed.data.clients), fed.trainer.model,
-                             torch.device("cpu"))
+                             torch.device(device))
     params = fed.trainer.initial_params()
 
     def central_epoch():
@@ -74,10 +84,11 @@ def bench(name: str, overrides: list[str], repeats: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = parser.parse_args()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {args.device}")
     for name, overrides in CASES.items():
-        print(bench(name, overrides, args.repeats), flush=True)
+        print(bench(name, overrides, args.repeats, args.device), flush=True)
 
 
 if __name__ == "__main__":

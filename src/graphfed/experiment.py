@@ -21,7 +21,14 @@ import numpy as np
 import torch
 import yaml
 
-from graphfed.algorithms.base import Algorithm, ClientContext, Server, Setup, get_algorithm
+from graphfed.algorithms.base import (
+    SERVER_DEVICE,
+    Algorithm,
+    ClientContext,
+    Server,
+    Setup,
+    get_algorithm,
+)
 from graphfed.config import ConfigError, ExperimentConfig, build_config
 from graphfed.data.datasets import GraphDataset, load_dataset
 from graphfed.data.federated import FederatedData, load_or_build_partition, materialize
@@ -125,7 +132,8 @@ class Federation:
             out["val_acc"] = mean_std([c["val_acc"] for c in with_val])[0]
         params = self.runtime.server.global_params()
         if params is not None and self.global_test is not None:
-            g = self.trainer.evaluate(params, self.global_test, ("test",))["test"]
+            g = self.trainer.evaluate(self.trainer.on_device(params), self.global_test,
+                                      ("test",))["test"]
             out["global_test_acc"], out["global_test_macro_f1"] = g["acc"], g["macro_f1"]
         out["clients"] = per_client
         out["eval_seconds"] = time.perf_counter() - start
@@ -167,14 +175,14 @@ def build_federation(config: ExperimentConfig, seed: int,
     global_test = (prepare_client(data.global_test, trainer.model, device, config.sampling)
                    if data.global_test is not None else None)
     if make_runtime is not None:
-        runtime = make_runtime(algorithm.server(setup), config, seed, data)
+        runtime = make_runtime(algorithm.server(setup.on(SERVER_DEVICE)), config, seed, data)
         return Federation(config, seed, data, trainer, runtime, global_test)
     shared = global_test if config.client_global_eval else None
     contexts = [ClientContext(i, prepare_client(c, trainer.model, device, config.sampling), {},
                               trainer, shared)
                 for i, c in enumerate(data.clients)]
-    runtime = SimulationRuntime(algorithm.server(setup), algorithm.client(setup), contexts,
-                                config.client_fraction, seed)
+    runtime = SimulationRuntime(algorithm.server(setup.on(SERVER_DEVICE)), algorithm.client(setup),
+                                contexts, config.client_fraction, seed)
     return Federation(config, seed, data, trainer, runtime, global_test)
 
 

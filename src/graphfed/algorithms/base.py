@@ -4,6 +4,10 @@ An algorithm is a pair: a server side, which decides what each client receives a
 replies into its state, and a client side, which given a message, its own data and its own
 persistent state returns a reply. Only ``Message`` objects (named tensors plus scalars) cross the
 boundary, so the same algorithm runs in-process or over a network, and every byte is countable.
+
+The server keeps its state on ``SERVER_DEVICE`` (the CPU, where a network server receives its
+bytes); a client computes on its trainer's device. The runtime moves each message onto the
+receiver's device, so no algorithm has to ask where a tensor it was sent lives.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -24,6 +28,7 @@ from graphfed.training import Params, PreparedClient, Trainer
 Scalar = int | float | bool
 TensorSpec = dict[str, tuple[tuple[int, ...], torch.dtype]]
 SCALAR_BYTES = 8
+SERVER_DEVICE = torch.device("cpu")
 
 
 class MessageError(GraphfedError):
@@ -45,6 +50,12 @@ class Message:
 
     def spec(self) -> TensorSpec:
         return spec_of(self.tensors)
+
+    def to(self, device: torch.device | str) -> Message:
+        """A copy with every tensor on ``device``: the receiver shares no tensor with the
+        sender, whatever device either computes on."""
+        return Message({k: v.detach().to(device, copy=True) for k, v in self.tensors.items()},
+                       dict(self.scalars))
 
 
 def spec_of(tensors: dict[str, Tensor]) -> TensorSpec:
@@ -102,6 +113,12 @@ class Setup:
     options: AlgorithmOptions
     local_epochs: int = 1
     batch_size: int | None = None
+
+    def on(self, device: torch.device | str) -> Setup:
+        """This setup with the initial model on ``device`` (the server's copy lives on
+        ``SERVER_DEVICE``, each client's on its trainer's device)."""
+        return replace(self, initial_params={k: v.detach().to(device, copy=True)
+                                             for k, v in self.initial_params.items()})
 
 
 @dataclass

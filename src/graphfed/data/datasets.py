@@ -15,6 +15,7 @@ from typing import Literal
 
 import torch
 import torch_geometric
+from filelock import FileLock
 from torch_geometric.data import Data
 
 from graphfed.errors import GraphfedError
@@ -173,10 +174,13 @@ def _load_pyg(spec: DatasetSpec):
     import torch_geometric.datasets as pyg_datasets
 
     cls = getattr(pyg_datasets, spec.pyg_class)
-    root = str(_pyg_root(spec))
-    if spec.pyg_name is None:
-        return cls(root)
-    return cls(root, spec.pyg_name)
+    root = _pyg_root(spec)
+    args = (str(root),) if spec.pyg_name is None else (str(root), spec.pyg_name)
+    # PyG writes its processed files on first load: a second process (a parallel run, a Flower
+    # worker) must wait for them instead of reading them half-written
+    root.mkdir(parents=True, exist_ok=True)
+    with FileLock(root / f".{spec.name}.lock"):
+        return cls(*args)
 
 
 def _one_hot_degree(graphs: list[Data]) -> list[Data]:

@@ -9,14 +9,22 @@ from __future__ import annotations
 import logging
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
 
-from graphfed.algorithms.base import Message, MessageError, Server, check_message
+from graphfed.algorithms.base import (
+    SERVER_DEVICE,
+    ClientContext,
+    Message,
+    MessageError,
+    Server,
+    check_message,
+)
 
 log = logging.getLogger("graphfed.runtime")
 
@@ -46,6 +54,14 @@ def seeded_call(seed: int, rnd: int, party: int, phase: str) -> Iterator[None]:
         finally:
             random.setstate(py_state)
             np.random.set_state(np_state)
+
+
+def answer_on_client(answer: Callable[[Message, ClientContext], Any], message: Message,
+                     ctx: ClientContext) -> Any:
+    """A client's answer computed on its own device: ``message`` arrives there as a copy, and a
+    reply Message leaves on the server's device (a metrics dict passes as it is)."""
+    reply = answer(message.to(ctx.trainer.device), ctx)
+    return reply.to(SERVER_DEVICE) if isinstance(reply, Message) else reply
 
 
 class RoundFailed(RuntimeError):

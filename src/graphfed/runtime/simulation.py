@@ -1,15 +1,10 @@
-"""In-process simulation: every client lives in this process; messages are copied at the
-boundary so no tensor is shared between the server and a client."""
+"""In-process simulation: every client lives in this process; messages are copied onto the
+receiver's device at the boundary, so no tensor is shared between the server and a client."""
 
 from __future__ import annotations
 
-from graphfed.algorithms.base import Client, ClientContext, Message, Server
-from graphfed.runtime.base import Runtime, log, seeded_call
-
-
-def _copy(message: Message) -> Message:
-    return Message({k: v.detach().clone() for k, v in message.tensors.items()},
-                   dict(message.scalars))
+from graphfed.algorithms.base import Client, ClientContext, Server
+from graphfed.runtime.base import Runtime, answer_on_client, log, seeded_call
 
 
 class SimulationRuntime(Runtime):
@@ -21,7 +16,7 @@ class SimulationRuntime(Runtime):
 
     def _call(self, rnd, phase, client, message, answer):
         with seeded_call(self.seed, rnd, client, phase):
-            return answer(_copy(message), self.contexts[client])
+            return answer_on_client(answer, message, self.contexts[client])
 
     def _ask(self, rnd, phase, messages, answer):
         replies, failed = {}, {}

@@ -64,6 +64,14 @@ class Trainer:
         self.optimizer = optimizer
         self.num_classes = num_classes
 
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def on_device(self, params: Params) -> Params:
+        """``params`` where the model computes (no copy for those already there)."""
+        return {k: v.to(self.device) for k, v in params.items()}
+
     def initial_params(self) -> Params:
         return {k: v.detach().clone() for k, v in self.model.named_parameters()}
 

@@ -23,7 +23,7 @@ from flwr.clientapp import ClientApp
 
 from graphfed.algorithms.base import Client, ClientContext
 from graphfed.config import ExperimentConfig, build_config
-from graphfed.runtime.base import seeded_call
+from graphfed.runtime.base import answer_on_client, seeded_call
 from graphfed.runtime.flower import records
 from graphfed.runtime.flower.owner import OwnerData, load_owner
 from graphfed.training import PreparedClient, Trainer, prepare_client
@@ -111,10 +111,11 @@ def _answer(phase: str, message: FlowerMessage, context: Context) -> RecordDict:
     request = records.decode(message.content)
     with seeded_call(seed, rnd, node.client_id, phase):
         if phase == "evaluate":
-            content = records.encode_metrics(node.client.evaluate(request, ctx))
+            metrics = answer_on_client(node.client.evaluate, request, ctx)
+            content = records.encode_metrics(metrics)
         else:
             answer = node.client.answer_setup if phase == "setup" else node.client.fit
-            content = records.encode(answer(request, ctx), {})
+            content = records.encode(answer_on_client(answer, request, ctx), {})
     _save_state(context, seed, ctx.state)
     return content
 
