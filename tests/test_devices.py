@@ -9,9 +9,9 @@ import graphfed.algorithms  # noqa: F401  (register every algorithm)
 from graphfed.algorithms.base import REGISTRY, SERVER_DEVICE, ClientContext, Message
 from graphfed.config import OptimizerOptions, load_config
 from graphfed.data.datasets import is_present
-from graphfed.experiment import build_federation
+from graphfed.experiment import build_federation, load_checkpoint, save_checkpoint
 from graphfed.runtime.base import answer_on_client
-from graphfed.training import Trainer
+from graphfed.training import Trainer, move_tensors
 from tests.conftest import require
 
 DATASET = {"node": "Cora", "graph": "PROTEINS"}
@@ -44,6 +44,17 @@ def test_a_metrics_reply_passes_unchanged():
         is metrics
 
 
+def test_move_tensors_moves_every_tensor_of_a_nested_state_and_keeps_the_rest():
+    state = {"params": {"w": torch.ones(2)}, "history": [torch.zeros(1), 3],
+             "pair": (torch.ones(1), "name"), "count": 4}
+    moved = move_tensors(state, "meta")
+    assert moved["params"]["w"].device.type == "meta"
+    assert moved["history"][0].device.type == "meta" and moved["history"][1] == 3
+    assert isinstance(moved["pair"], tuple) and moved["pair"][0].device.type == "meta"
+    assert moved["pair"][1] == "name" and moved["count"] == 4
+    assert state["params"]["w"].device == SERVER_DEVICE  # the original is left as it was
+
+
 @require("Cora")
 def test_the_server_holds_its_own_copy_of_the_initial_model():
     config = load_config(None, ["dataset=Cora", "num_clients=2", "partition=metis", "device=cpu"])
@@ -56,26 +67,31 @@ def test_the_server_holds_its_own_copy_of_the_initial_model():
         assert value.data_ptr() != client_params[name].data_ptr()
 
 
-def _two_rounds_on(device: str, algorithm: str) -> None:
-    """Every client answers two rounds and the evaluation of ``algorithm`` on ``device``, and
-    the server's global model stays on SERVER_DEVICE."""
+def _two_rounds_and_a_resume_on(device: str, algorithm: str, checkpoint) -> None:
+    """Every client answers two rounds of ``algorithm`` on ``device``; a fresh federation
+    resumed from the checkpoint of round 2 answers round 3 and the evaluation; the server's
+    global model stays on SERVER_DEVICE throughout."""
     level = REGISTRY[algorithm].levels[0]
     config = load_config(None, [f"dataset={DATASET[level]}", f"algorithm={algorithm}",
-                                "num_clients=3", "rounds=2", f"device={device}"])
+                                "num_clients=3", "rounds=3", f"device={device}"])
     fed = build_federation(config, 0)
     fed.setup()
     for rnd in (1, 2):
         line = fed.fit_round(rnd)
         assert line["dropped"] == {}, line["dropped"]
-    assert len(fed.evaluate(2)["clients"]) == 3
-    params = fed.runtime.server.global_params()
+    save_checkpoint(checkpoint, fed, 2, 0.0)
+    resumed = build_federation(config, 0)
+    assert load_checkpoint(checkpoint, resumed)[0] == 2
+    assert resumed.fit_round(3)["dropped"] == {}
+    assert len(resumed.evaluate(3)["clients"]) == 3
+    params = resumed.runtime.server.global_params()
     assert params is None or all(v.device == SERVER_DEVICE for v in params.values())
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("algorithm", sorted(REGISTRY))
-def test_every_algorithm_runs_with_its_clients_on_cuda(algorithm):
+def test_every_algorithm_runs_and_resumes_with_its_clients_on_cuda(algorithm, tmp_path):
     dataset = DATASET[REGISTRY[algorithm].levels[0]]
     if not is_present(dataset):
         pytest.skip(f"dataset {dataset} not present under GRAPHFED_DATA")
-    _two_rounds_on("cuda", algorithm)
+    _two_rounds_and_a_resume_on("cuda", algorithm, tmp_path / "checkpoint.pt")

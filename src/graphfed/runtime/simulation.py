@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from graphfed.algorithms.base import Client, ClientContext, Server
 from graphfed.runtime.base import Runtime, answer_on_client, log, seeded_call
+from graphfed.training import move_tensors
 
 
 class SimulationRuntime(Runtime):
@@ -44,4 +45,4 @@ class SimulationRuntime(Runtime):
     def load_state_dict(self, state):
         super().load_state_dict(state)
         for ctx, client_state in zip(self.contexts, state["clients"], strict=True):
-            ctx.state = client_state
+            ctx.state = move_tensors(client_state, ctx.trainer.device)

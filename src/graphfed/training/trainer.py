@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -52,6 +52,19 @@ def _extra(extra_loss: ExtraLoss, live: Params, loss: Tensor) -> Tensor:
     return extra_loss(live)
 
 
+def move_tensors(tree: Any, device: torch.device | str) -> Any:
+    """``tree`` (tensors in nested dicts, lists and tuples) with every tensor on ``device``;
+    anything else is kept as it is. A client's state loaded from a checkpoint (on the CPU) goes
+    back to where the client computes with it."""
+    if isinstance(tree, Tensor):
+        return tree.to(device)
+    if isinstance(tree, dict):
+        return {k: move_tensors(v, device) for k, v in tree.items()}
+    if type(tree) in (list, tuple):
+        return type(tree)(move_tensors(v, device) for v in tree)
+    return tree
+
+
 def _call(model: nn.Module, params: Params) -> Callable:
     return lambda m, args, kwargs=None: functional_call(m, params, args, kwargs)
 
@@ -70,7 +83,7 @@ class Trainer:
 
     def on_device(self, params: Params) -> Params:
         """``params`` where the model computes (no copy for those already there)."""
-        return {k: v.to(self.device) for k, v in params.items()}
+        return move_tensors(params, self.device)
 
     def initial_params(self) -> Params:
         return {k: v.detach().clone() for k, v in self.model.named_parameters()}
