@@ -44,18 +44,15 @@ def union_client(clients: list) -> NodeClient | GraphClient:
                        {s: torch.cat([c.global_ids[s] for c in clients]) for s in SPLITS})
 
 
-def _sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
-def timed(fn, repeats: int) -> float:
+def timed(fn, repeats: int, device: str) -> float:
+    """Median wall time of ``fn``; on a GPU, after its queued kernels have finished."""
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     times = []
     for _ in range(repeats):
-        _sync()
+        sync()
         start = time.perf_counter()
         fn()
-        _sync()
+        sync()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -74,9 +71,9 @@ def bench(name: str, overrides: list[str], repeats: int, device: str) -> str:
     for _ in range(2):  # warm-up
         fed.fit_round(next(rounds))
         central_epoch()
-    round_s = timed(lambda: fed.fit_round(next(rounds)), repeats)
-    central_s = timed(central_epoch, repeats)
-    eval_s = timed(lambda: fed.evaluate(0), repeats)
+    round_s = timed(lambda: fed.fit_round(next(rounds)), repeats, device)
+    central_s = timed(central_epoch, repeats, device)
+    eval_s = timed(lambda: fed.evaluate(0), repeats, device)
     return (f"RESULT case={name} round_s={round_s:.5f} central_s={central_s:.5f} "
             f"ratio={round_s / central_s:.3f} eval_s={eval_s:.5f}")
 

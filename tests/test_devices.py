@@ -33,7 +33,8 @@ def test_a_message_arrives_on_the_clients_device_and_the_reply_on_the_servers():
     assert seen["device"].type == "meta"
     assert sent.tensors["w"].device == SERVER_DEVICE  # the sender's copy stays where it was
     assert reply.tensors["update"].device == SERVER_DEVICE
-    assert reply.tensors["update"] is not produced  # the server gets a copy, never the client's
+    # the server gets a copy, never the client's storage
+    assert reply.tensors["update"].data_ptr() != produced.data_ptr()
     assert reply.scalars == {"num_samples": 4}
 
 

@@ -37,7 +37,7 @@ from graphfed.models.gnn import build_model
 from graphfed.progress import RoundProgress
 from graphfed.runtime.base import Runtime
 from graphfed.runtime.simulation import SimulationRuntime
-from graphfed.training import PreparedClient, Trainer, prepare_client
+from graphfed.training import PreparedClient, Trainer, move_tensors, prepare_client
 
 FINAL_KEYS = ("test_acc", "test_acc_std", "test_macro_f1", "test_loss", "val_acc",
               "global_test_acc", "global_test_macro_f1", "client_global_test_acc",
@@ -132,8 +132,8 @@ class Federation:
             out["val_acc"] = mean_std([c["val_acc"] for c in with_val])[0]
         params = self.runtime.server.global_params()
         if params is not None and self.global_test is not None:
-            g = self.trainer.evaluate(self.trainer.on_device(params), self.global_test,
-                                      ("test",))["test"]
+            on_device = move_tensors(params, self.trainer.device)  # the server's are on the CPU
+            g = self.trainer.evaluate(on_device, self.global_test, ("test",))["test"]
             out["global_test_acc"], out["global_test_macro_f1"] = g["acc"], g["macro_f1"]
         out["clients"] = per_client
         out["eval_seconds"] = time.perf_counter() - start

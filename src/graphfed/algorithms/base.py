@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict
 from torch import Tensor, nn
 
 from graphfed.errors import GraphfedError
-from graphfed.training import Params, PreparedClient, Trainer
+from graphfed.training import Params, PreparedClient, Trainer, move_tensors
 
 Scalar = int | float | bool
 TensorSpec = dict[str, tuple[tuple[int, ...], torch.dtype]]
@@ -54,8 +54,7 @@ class Message:
     def to(self, device: torch.device | str) -> Message:
         """A copy with every tensor on ``device``: the receiver shares no tensor with the
         sender, whatever device either computes on."""
-        return Message({k: v.detach().to(device, copy=True) for k, v in self.tensors.items()},
-                       dict(self.scalars))
+        return Message(move_tensors(self.tensors, device, copy=True), dict(self.scalars))
 
 
 def spec_of(tensors: dict[str, Tensor]) -> TensorSpec:
@@ -117,8 +116,7 @@ class Setup:
     def on(self, device: torch.device | str) -> Setup:
         """This setup with the initial model on ``device`` (the server's copy lives on
         ``SERVER_DEVICE``, each client's on its trainer's device)."""
-        return replace(self, initial_params={k: v.detach().to(device, copy=True)
-                                             for k, v in self.initial_params.items()})
+        return replace(self, initial_params=move_tensors(self.initial_params, device, copy=True))
 
 
 @dataclass

@@ -160,13 +160,13 @@ class FedGCNClient(FedAvgClient):
         tensors = dict(message.tensors)
         sums, counts = tensors.pop(f"{FEATURES}.sums", None), tensors.pop(f"{FEATURES}.counts",
                                                                          None)
-        graph = ctx.data.graph  # the raw graph, kept off the device
-        if sums is not None:
-            x = (graph.x.float().to(sums.device) + sums) / (1 + counts).unsqueeze(1)
-            edge_index = graph.edge_index.to(sums.device)
+        graph, device = ctx.data.graph, ctx.data.x.device  # the raw graph is kept off the device
+        if sums is not None:  # the totals arrive on the client's device
+            x = (graph.x.float().to(device) + sums) / (1 + counts).unsqueeze(1)
+            edge_index = graph.edge_index.to(device)
             for _ in range(self.options.hops - 1):
                 x = neighbour_mean(x, edge_index, graph.num_nodes)
-            ctx.state[FEATURES] = x.to(ctx.data.x.device)
+            ctx.state[FEATURES] = x
         if FEATURES not in ctx.state:
             return message, ctx
         view = copy.copy(ctx.data)

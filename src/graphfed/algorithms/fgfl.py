@@ -226,7 +226,7 @@ class FGFLClient(RewardClient):
             embedding = ctx.trainer.embed(self.setup.initial_params, ctx.data)
             prototypes, _ = motif_means(embedding, vocabulary.membership.to(embedding.device))
             tensors["prototypes"] = (prototypes / prototypes.norm(dim=1, keepdim=True
-                                                                  ).clamp_min(1.0)).float().cpu()
+                                                                  ).clamp_min(1.0)).float()
         return Message(tensors=tensors)
 
     def batch_loss(self, message, ctx):

@@ -52,16 +52,17 @@ def _extra(extra_loss: ExtraLoss, live: Params, loss: Tensor) -> Tensor:
     return extra_loss(live)
 
 
-def move_tensors(tree: Any, device: torch.device | str) -> Any:
-    """``tree`` (tensors in nested dicts, lists and tuples) with every tensor on ``device``;
-    anything else is kept as it is. A client's state loaded from a checkpoint (on the CPU) goes
-    back to where the client computes with it."""
+def move_tensors(tree: Any, device: torch.device | str, copy: bool = False) -> Any:
+    """``tree`` (tensors in nested dicts, lists and tuples) with every tensor detached and on
+    ``device``; anything else is kept as it is. ``copy`` copies tensors already there too (what
+    crosses the client/server boundary is never shared); without it, a client's state loaded
+    from a checkpoint (on the CPU) goes back to where the client computes with it."""
     if isinstance(tree, Tensor):
-        return tree.to(device)
+        return tree.detach().to(device, copy=copy)
     if isinstance(tree, dict):
-        return {k: move_tensors(v, device) for k, v in tree.items()}
+        return {k: move_tensors(v, device, copy) for k, v in tree.items()}
     if type(tree) in (list, tuple):
-        return type(tree)(move_tensors(v, device) for v in tree)
+        return type(tree)(move_tensors(v, device, copy) for v in tree)
     return tree
 
 
@@ -80,10 +81,6 @@ class Trainer:
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
-
-    def on_device(self, params: Params) -> Params:
-        """``params`` where the model computes (no copy for those already there)."""
-        return move_tensors(params, self.device)
 
     def initial_params(self) -> Params:
         return {k: v.detach().clone() for k, v in self.model.named_parameters()}
