@@ -18,10 +18,10 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from graphfed.cli import _split_args
+from graphfed.cli.common import split_args
 from graphfed.config import load_config, with_overrides
-from graphfed.experiment import run_experiment
-from graphfed.runtime.flower.loopback import LoopbackFederation
+from graphfed.flower.loopback import LoopbackFederation
+from graphfed.launch import run as run_experiment
 
 
 def fit_seconds(run_dir: Path) -> list[float]:
@@ -42,7 +42,7 @@ def main() -> None:
     parser.add_argument("--runtimes", default="simulation,flower-sim,flower")
     parser.add_argument("args", nargs="*", default=["configs/quickstart.yaml"])
     options = parser.parse_args()
-    path, overrides = _split_args(options.args)
+    path, overrides = split_args(options.args)
     config = load_config(path, [*overrides, f"rounds={options.rounds}",
                                 f"eval_every={options.rounds}", "checkpoint_every=0",
                                 "device=cpu"])

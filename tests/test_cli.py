@@ -6,8 +6,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from graphfed.algorithms.base import REGISTRY, Algorithm, register
-from graphfed.algorithms.fedavg import FedAvgClient, FedAvgOptions, FedAvgServer
+from graphfed.algorithms.averaging.fedavg import FedAvgClient, FedAvgOptions, FedAvgServer
+from graphfed.algorithms.registry import REGISTRY, Algorithm, register
 from graphfed.cli import app
 from tests.conftest import require
 
@@ -21,7 +21,7 @@ def invoke(*args):
 @pytest.fixture
 def graph_only_algorithm():
     register(Algorithm("graph-only-test", FedAvgServer, FedAvgClient, FedAvgOptions,
-                       levels=("graph",)))
+                       family="averaging", paper="a test", levels=("graph",)))
     yield "graph-only-test"
     REGISTRY.pop("graph-only-test")
 

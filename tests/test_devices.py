@@ -6,12 +6,14 @@ import torch
 from torch import nn
 
 import graphfed.algorithms  # noqa: F401  (register every algorithm)
-from graphfed.algorithms.base import REGISTRY, SERVER_DEVICE, ClientContext, Message
+from graphfed.algorithms.registry import REGISTRY
 from graphfed.config import OptimizerOptions, load_config
 from graphfed.data.datasets import is_present
 from graphfed.experiment import build_federation, load_checkpoint, save_checkpoint
+from graphfed.protocol import SERVER_DEVICE, ClientContext, Message
 from graphfed.runtime.base import answer_on_client
-from graphfed.training import Trainer, move_tensors
+from graphfed.tensors import move_tensors
+from graphfed.training import Trainer
 from tests.conftest import require
 
 DATASET = {"node": "Cora", "graph": "PROTEINS"}

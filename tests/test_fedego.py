@@ -5,17 +5,14 @@ import pytest
 import torch
 from torch_geometric.nn import SAGEConv
 
-from graphfed.algorithms.fedego import (
-    REDUCTION,
-    FedEgoOptions,
+from graphfed.algorithms.fedego import FedEgoOptions
+from graphfed.algorithms.fedego.ego_view import (
     ego_view,
     label_distribution,
     mashed_ego_graphs,
-    mixing_weight,
     resampled_positions,
-    server_graph,
-    split_params,
 )
+from graphfed.algorithms.fedego.options import REDUCTION, mixing_weight, split_params
 from graphfed.config import load_config
 from graphfed.data.federated import build_partition, materialize
 from graphfed.data.partition import parse_partition
@@ -25,7 +22,6 @@ from graphfed.data.stats import edge_homophily
 from graphfed.experiment import build_federation
 from graphfed.models.ego import (
     PersonalLayers,
-    batched_tree_edges,
     mash,
     tree_edges,
     tree_size,
@@ -33,6 +29,13 @@ from graphfed.models.ego import (
 from tests.conftest import require
 
 SIZE = tree_size(2, 6)
+
+
+def batched_tree_edges(num_trees: int, hops: int, fanout: int) -> torch.Tensor:
+    """The reference graph: the tree template repeated for ``num_trees`` trees in a row."""
+    template = tree_edges(hops, fanout)
+    offsets = torch.arange(num_trees).repeat_interleave(template.size(1))
+    return template.repeat(1, num_trees) + offsets * tree_size(hops, fanout)
 
 
 def test_tree_layout_children_of_p_are_6p_plus_1_to_6p_plus_6():
@@ -118,19 +121,6 @@ def test_server_resampling_draws_each_position_from_the_parents_children():
     for child, parent in tree_edges(2, 6).t().tolist():
         p = positions[:, parent]
         assert bool(((positions[:, child] >= 6 * p + 1) & (positions[:, child] <= 6 * p + 6)).all())
-
-
-def test_server_edges_of_each_clients_mashed_graphs_stay_in_its_own_nodes():
-    uploads = {0: torch.randn(3, SIZE, 4), 2: torch.randn(5, SIZE, 4), 7: torch.randn(1, SIZE, 4)}
-    x, edges, owner = server_graph(uploads, 2, 6)
-    assert x.shape == (9 * SIZE, 4) and owner.tolist().count(2) == 5 * SIZE
-    assert torch.equal(owner[edges[0]], owner[edges[1]])
-    start = 0
-    for client in sorted(uploads):  # client j's features sit at j's own node range, in order
-        block = uploads[client].reshape(-1, 4)
-        assert torch.equal(x[start:start + len(block)], block)
-        assert bool((owner[start:start + len(block)] == client).all())
-        start += len(block)
 
 
 @require("Cora")
@@ -252,7 +242,7 @@ def test_soft_labels_sum_to_one_and_upload_bytes_match_the_message_shapes():
     line = fed.fit_round(1)
     ctx = fed.runtime.contexts[0]
     options = fed.runtime.client.options
-    view_x, view_y = mashed_ego_graphs(ego_view(ctx.data, options), fed.trainer.model,
+    view_x, view_y = mashed_ego_graphs(ego_view(ctx.data, options, ctx.cache), fed.trainer.model,
                                        split_params(ctx.state["params"])[0], 7, 16, options)
     assert view_x.shape[1:] == (SIZE, 16) and view_y.shape[1:] == (SIZE, 7)
     assert torch.allclose(view_y.sum(-1), torch.ones(len(view_y), SIZE))
@@ -278,7 +268,7 @@ def test_ablation_switches_change_what_is_uploaded_and_mixed():
     no_mixup = _federation("fedego.mixup=false", "fedego.noise_sigma=0")
     no_mixup.fit_round(1)
     ctx = no_mixup.runtime.contexts[0]
-    _, y = mashed_ego_graphs(ego_view(ctx.data, no_mixup.runtime.client.options),
+    _, y = mashed_ego_graphs(ego_view(ctx.data, no_mixup.runtime.client.options, ctx.cache),
                              no_mixup.trainer.model, split_params(ctx.state["params"])[0], 7, 32,
                              no_mixup.runtime.client.options)
     assert set(y.unique().tolist()) <= {0.0, 1.0}  # a single ego-graph's one-hot labels

@@ -10,13 +10,18 @@ import torch
 from torch_geometric.data import Data
 from torch_geometric.utils import to_undirected
 
-from graphfed.algorithms.base import ClientContext, Message, Setup, get_algorithm
-from graphfed.algorithms.fedgcn import neighbour_mean
-from graphfed.algorithms.fedprox import AdaptiveProximalTerm, adapt_mu, normalised_distance
-from graphfed.algorithms.graphfl import meta_gradient, support_query
+from graphfed.algorithms.averaging.fedprox import (
+    AdaptiveProximalTerm,
+    adapt_mu,
+    normalised_distance,
+)
+from graphfed.algorithms.averaging.graphfl import meta_gradient, support_query
+from graphfed.algorithms.registry import get_algorithm
 from graphfed.config import load_config
 from graphfed.experiment import build_federation, run_experiment
+from graphfed.models.fedgcn import neighbour_mean
 from graphfed.models.gnn import ModelOptions, build_model
+from graphfed.protocol import ClientContext, Message, Setup
 from graphfed.training.batches import NodeBatch
 from tests.conftest import require
 

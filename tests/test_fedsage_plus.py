@@ -10,18 +10,19 @@ import torch
 from torch_geometric.data import Data
 from torch_geometric.utils import degree, to_undirected
 
-from graphfed.algorithms.base import ClientContext, Setup, get_algorithm
-from graphfed.algorithms.fedsage_plus import (
-    GEN,
-    MENDED_DATA,
-    FedSagePlusOptions,
-    clip_counts,
+from graphfed.algorithms.averaging.fedsage_plus import FedSagePlusOptions
+from graphfed.algorithms.averaging.fedsage_plus.client import MENDED_DATA
+from graphfed.algorithms.averaging.fedsage_plus.generator import clip_counts
+from graphfed.algorithms.averaging.fedsage_plus.impair import (
     greedy_feature_loss,
     hide_nodes,
     mended_graph,
 )
+from graphfed.algorithms.averaging.fedsage_plus.messages import GEN
+from graphfed.algorithms.registry import get_algorithm
 from graphfed.config import load_config
 from graphfed.experiment import build_federation, run_experiment
+from graphfed.protocol import ClientContext, Setup
 from tests.conftest import require
 
 TINY = ["dataset=Cora", "partition=metis", "device=cpu", "model.name=mlp_sage",
@@ -161,7 +162,7 @@ def test_final_generator_mends_every_client_then_stops_travelling():
     fed.fit_round(1)  # carries the final generator: every client mends before training
     assert server.mended == {0, 1, 2}
     for ctx in fed.runtime.contexts:
-        mended = ctx.state[MENDED_DATA]
+        mended = ctx.cache[MENDED_DATA]
         n = ctx.data.graph.num_nodes
         assert len(mended.x) >= n and len(mended.x) <= 4 * n
         assert torch.equal(mended.y[:n], ctx.data.y)
@@ -169,12 +170,12 @@ def test_final_generator_mends_every_client_then_stops_travelling():
             assert torch.equal(mended.index[s], ctx.data.index[s])
     assert all(not k.startswith(GEN) for k in server.configure_fit(2, [0, 1, 2])[0].tensors)
     assert gen_bytes > 0
-    # a resumed client (state loaded without the prepared view) rebuilds it from the mended graph
+    # a resumed client (an empty cache: it is never checkpointed) rebuilds the prepared view
     ctx = fed.runtime.contexts[0]
-    before = ctx.state.pop(MENDED_DATA)
+    before = ctx.cache.pop(MENDED_DATA)
     client = fed.runtime.client
     metrics = client.evaluate(server.configure_evaluate(2, [0])[0], ctx)
-    assert torch.equal(ctx.state[MENDED_DATA].x, before.x) and "test" in metrics
+    assert torch.equal(ctx.cache[MENDED_DATA].x, before.x) and "test" in metrics
 
 
 def test_zero_generator_rounds_is_plain_fedsage():

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch_geometric.data import Batch, Data
 
-from graphfed.algorithms.fedstar import FedStarServer
+from graphfed.algorithms.personalized.fedstar import FedStarServer
 from graphfed.config import load_config
 from graphfed.experiment import build_federation
 from graphfed.models.gnn import ModelOptions

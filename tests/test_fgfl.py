@@ -4,7 +4,6 @@ import pytest
 import torch
 from torch_geometric.data import Data
 
-from graphfed.algorithms.base import Message, Setup
 from graphfed.algorithms.fgfl import FGFLOptions, FGFLServer
 from graphfed.config import load_config
 from graphfed.data.motifs import (
@@ -17,8 +16,8 @@ from graphfed.data.motifs import (
     ring_key,
 )
 from graphfed.experiment import build_federation, run_experiment
-from graphfed.incentives.payoff import fgfl_payoff, gradient_shapley
-from graphfed.incentives.rewards import (
+from graphfed.mechanisms.payoff import fgfl_payoff, gradient_shapley
+from graphfed.mechanisms.sparse_rewards import (
     decode_sparse,
     densify,
     encode_sparse,
@@ -26,6 +25,7 @@ from graphfed.incentives.rewards import (
     sparsify,
     value_weights,
 )
+from graphfed.protocol import Message, Setup
 from tests.conftest import require
 
 FGFL_PROTOCOL = ["dataset=PROTEINS", "algorithm=fgfl", "model=gin", "partition=gcfl_chunk",

@@ -9,9 +9,9 @@ import json
 import pytest
 import torch
 
-from graphfed.algorithms.base import Message
 from graphfed.config import ConfigError, load_config
-from graphfed.experiment import run_experiment
+from graphfed.launch import run as run_experiment
+from graphfed.protocol import Message
 from tests.conftest import require
 
 flwr = pytest.importorskip("flwr", reason="Flower is not installed (pip install '.[flower]')")
@@ -68,7 +68,7 @@ def assert_wire_bytes_match_protocol(run_dir) -> None:
 
 
 def test_codec_keeps_dtypes_shapes_and_counts_payload_bytes():
-    from graphfed.runtime.flower import records
+    from graphfed.runtime import records
 
     message = Message(
         {"w": torch.randn(3, 4), "idx": torch.tensor([1, 2 ** 40], dtype=torch.int64),
@@ -92,7 +92,7 @@ def test_flower_runtime_without_flwr_is_a_clean_error(monkeypatch):
     import sys
 
     from graphfed.errors import GraphfedError
-    from graphfed.runtime.flower import require_flwr
+    from graphfed.flower.launch import require_flwr
 
     monkeypatch.setitem(sys.modules, "flwr", None)
     with pytest.raises(GraphfedError, match="needs Flower"):

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from graphfed.config import load_config, with_overrides
-from graphfed.experiment import run_experiment
+from graphfed.launch import run as run_experiment
 from tests.conftest import require
 from tests.test_flower import CASES, assert_same_run, assert_wire_bytes_match_protocol
 
@@ -27,7 +27,7 @@ GRAPH_BASE = [*CASES["fgfl-proteins"], *COMMON, "name=deploy-graphs"]
 
 def _federation(tmp_path_factory, base: list[str], dataset: str, port: int):
     from graphfed.data.datasets import is_present
-    from graphfed.runtime.flower.loopback import LoopbackFederation
+    from graphfed.flower.loopback import LoopbackFederation
 
     if not is_present(dataset):
         pytest.skip(f"dataset {dataset} not present under GRAPHFED_DATA")
@@ -82,7 +82,7 @@ def test_a_node_of_another_partition_stops_the_run_before_round_one(federation, 
 
 @require("Cora")
 def test_unregistered_supernode_is_refused(federation, tmp_path):
-    from graphfed.runtime.flower.deployment import make_credentials, supernode_command
+    from graphfed.flower.deployment import make_credentials, supernode_command
 
     stranger = make_credentials(tmp_path / "stranger", 1)  # a key the operator never registered
     node = federation.launch("stranger", supernode_command(

@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 
 from graphfed.config import load_config
-from graphfed.experiment import run_experiment
+from graphfed.launch import run as run_experiment
 from graphfed.runtime.base import RoundFailed
 from tests.conftest import require
 from tests.test_flower import assert_same_run, lines
@@ -43,7 +43,7 @@ class ScriptedGrid:
         return list(self.contexts)
 
     def _handle(self, message):
-        from graphfed.runtime.flower import client_app
+        from graphfed.flower import client_app
 
         handler = {"query": client_app.identify, "train.setup": client_app.setup,
                    "train": client_app.fit, "evaluate": client_app.evaluate}
@@ -83,7 +83,7 @@ def flower_task(monkeypatch):
 
 
 def scripted_run(tmp_path, silent: dict[int, float], *extra: str):
-    from graphfed.runtime.flower.server_app import serve
+    from graphfed.flower.server_app import serve
 
     config = load_config(None, [*BASE, "flower.round_timeout=0.5", *extra])
     grid = ScriptedGrid(config.num_clients, silent)
@@ -122,8 +122,8 @@ def test_too_few_replies_after_retries_stop_the_run_with_the_reason(flower_task,
 @require("Cora")
 def test_a_node_holding_another_partition_is_refused(flower_task, tmp_path):
     from graphfed.errors import GraphfedError
-    from graphfed.runtime.flower.owner import export_partition
-    from graphfed.runtime.flower.server_app import serve
+    from graphfed.flower.owner import export_partition
+    from graphfed.flower.server_app import serve
 
     other = export_partition(load_config(None, [*BASE, "seed=1"]), 1, tmp_path / "owners")
     config = load_config(None, BASE)

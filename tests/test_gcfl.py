@@ -8,11 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from graphfed.algorithms.base import Message, Setup, get_algorithm
-from graphfed.algorithms.gcfl import GCFLClient, dtw_distance
-from graphfed.algorithms.updates import flatten
+from graphfed.algorithms.clustered.gcfl import GCFLClient
+from graphfed.algorithms.registry import get_algorithm
 from graphfed.config import load_config
 from graphfed.experiment import build_federation
+from graphfed.mechanisms.clustering import dtw_distance
+from graphfed.mechanisms.updates import flatten
+from graphfed.protocol import Message, Setup
 from tests.conftest import require
 
 

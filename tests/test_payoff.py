@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from graphfed.incentives.payoff import (
+from graphfed.mechanisms.payoff import (
     PAYOFF_BASELINES,
     shapley_values,
     union_payoff,

@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from graphfed.algorithms import Message, MessageError, check_message
-from graphfed.algorithms.aggregation import weighted_average
 from graphfed.config import load_config
 from graphfed.experiment import build_federation
+from graphfed.mechanisms.aggregation import weighted_average
+from graphfed.protocol import Message, MessageError, check_message
 from tests.conftest import require
 
 

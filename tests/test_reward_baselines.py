@@ -3,9 +3,10 @@
 import pytest
 import torch
 
-from graphfed.algorithms.base import Message, Setup, get_algorithm
+from graphfed.algorithms.registry import get_algorithm
 from graphfed.config import load_config
 from graphfed.experiment import build_federation
+from graphfed.protocol import Message, Setup
 from tests.conftest import require
 
 
@@ -119,7 +120,7 @@ def test_global_model_can_be_the_mean_of_the_agents_models():
 
 @pytest.mark.parametrize(("apply", "moved"), [("add_to_local", True), ("discard", False)])
 def test_a_discarded_reward_reaches_the_agent_but_not_its_model(apply, moved):
-    from graphfed.incentives.rewards import encode_sparse
+    from graphfed.mechanisms.sparse_rewards import encode_sparse
 
     algorithm = get_algorithm("dw")
     setup = Setup(level="graph", num_clients=2, num_classes=2,

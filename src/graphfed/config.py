@@ -12,7 +12,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from graphfed.algorithms.base import REGISTRY, AlgorithmOptions, get_algorithm
+from graphfed.algorithms.registry import get_algorithm, load_all
 from graphfed.data.datasets import SYNTHETIC, canonical_name, dataset_level
 from graphfed.data.partition import (
     PARTITIONS,
@@ -23,8 +23,9 @@ from graphfed.data.partition import (
 from graphfed.data.sampling import WHOLE_GRAPH_WEIGHTS, SamplingOptions
 from graphfed.data.synthetic import CSBMOptions
 from graphfed.errors import GraphfedError
-from graphfed.models.gnn import ModelOptions
-from graphfed.runtime.flower.options import FlowerOptions
+from graphfed.models.gnn import MODEL_LEVELS, ModelOptions
+from graphfed.protocol import AlgorithmOptions
+from graphfed.runtime.flower_options import FlowerOptions
 from graphfed.training.trainer import OptimizerOptions
 
 
@@ -85,10 +86,10 @@ class ExperimentConfig(BaseModel):
         for key in list(data):
             if key in known:
                 continue
-            if key in _algorithm_names():
+            if _is_algorithm(key):
                 methods[key] = data.pop(key)
             else:
-                valid = sorted(known - {"methods"}) + sorted(_algorithm_names())
+                valid = sorted(known - {"methods"}) + sorted(load_all())
                 raise ValueError(f"unknown key '{key}'; valid keys: {', '.join(valid)}")
         data["methods"] = methods
         return data
@@ -129,15 +130,14 @@ class ExperimentConfig(BaseModel):
             raise ValueError(
                 f"algorithm '{self.algorithm}' is for {'/'.join(algorithm.levels)}-level tasks "
                 f"but dataset '{self.dataset}' is {level}-level")
-        node_only, graph_only = {"sgc"}, {"gin"}
-        if (level == "node" and self.model.name in graph_only) or (
-                level == "graph" and self.model.name in node_only):
-            valid = sorted({"gcn", "sage", "gat", "mlp"} | (node_only if level == "node"
-                                                             else graph_only))
+        if level not in MODEL_LEVELS[self.model.name]:
+            valid = sorted(m for m, levels in MODEL_LEVELS.items() if level in levels)
             raise ValueError(f"model '{self.model.name}' does not fit the {level}-level dataset "
                              f"'{self.dataset}'; choose one of: {', '.join(valid)}")
         check_partition_level(self.partition, level)
         self._check_sampling(level)
+        if algorithm.check is not None:
+            algorithm.check(self)
         if self.client_global_eval and not self.partition.has_global_test:
             raise ValueError("client_global_eval needs a global test set "
                              "(partition.global_test > 0)")
@@ -152,9 +152,6 @@ class ExperimentConfig(BaseModel):
         if fanouts and level != "node":
             raise ValueError("sampling.fanouts samples node neighbourhoods; graph-level "
                              f"dataset '{self.dataset}' trains on whole graphs")
-        if fanouts and self.algorithm == "fedego":
-            raise ValueError("fedego samples its own ego-graphs (fedego.hops, fedego.fanout; "
-                             "fedego.eval_sampling); leave sampling.fanouts unset")
         if fanouts and get_algorithm(self.algorithm).model is None and self.model.name == "gcn":
             raise ValueError(f"sampling.fanouts: gcn {WHOLE_GRAPH_WEIGHTS}")
 
@@ -182,9 +179,13 @@ class ExperimentConfig(BaseModel):
         return data
 
 
-def _algorithm_names() -> set[str]:
-    get_algorithm("fedavg")  # make sure the built-ins are registered
-    return set(REGISTRY)
+def _is_algorithm(name: str) -> bool:
+    """Whether a top-level key names an algorithm (its option section)."""
+    try:
+        get_algorithm(name)
+    except GraphfedError:
+        return False
+    return True
 
 
 def _parse_value(text: str) -> Any:
@@ -249,8 +250,8 @@ def _section_class(loc: tuple) -> type[BaseModel] | None:
     if head in ("model", "optimizer", "csbm", "flower"):
         return {"model": ModelOptions, "optimizer": OptimizerOptions, "csbm": CSBMOptions,
                 "flower": FlowerOptions}[head]
-    if head in REGISTRY:
-        return REGISTRY[head].options
+    if isinstance(head, str) and _is_algorithm(head):
+        return get_algorithm(head).options
     return None
 
 

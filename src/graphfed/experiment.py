@@ -14,63 +14,32 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 import torch
 import yaml
 
-from graphfed.algorithms.base import (
-    SERVER_DEVICE,
-    Algorithm,
-    ClientContext,
-    Server,
-    Setup,
-    get_algorithm,
+from graphfed.build import (
+    build_algorithm,
+    client_context,
+    federated_data,
+    prepare_global_test,
+    resolve_device,
 )
 from graphfed.config import ConfigError, ExperimentConfig, build_config
-from graphfed.data.datasets import GraphDataset, load_dataset
-from graphfed.data.federated import FederatedData, load_or_build_partition, materialize
+from graphfed.data.federated import FederatedData
 from graphfed.metrics import client_summary, mean_std
-from graphfed.models.gnn import build_model
 from graphfed.progress import RoundProgress
+from graphfed.protocol import SERVER_DEVICE, Server
 from graphfed.runtime.base import Runtime
 from graphfed.runtime.simulation import SimulationRuntime
-from graphfed.training import PreparedClient, Trainer, move_tensors, prepare_client
+from graphfed.tensors import move_tensors
+from graphfed.training import PreparedClient, Trainer
 
 FINAL_KEYS = ("test_acc", "test_acc_std", "test_macro_f1", "test_loss", "val_acc",
               "global_test_acc", "global_test_macro_f1", "client_global_test_acc",
               "test_acc_var", "test_acc_entropy", "test_loss_var", "test_loss_entropy")
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device=cuda but no CUDA device is available; use device=auto or cpu")
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
-@lru_cache(maxsize=4)
-def _cached_dataset(name: str, options_json: str) -> GraphDataset:
-    return load_dataset(name, json.loads(options_json) or None)
-
-
-def federated_data(config: ExperimentConfig, seed: int) -> FederatedData:
-    """The clients of this config and seed (the partition artifact is built once, then reused)."""
-    options = config.dataset_options
-    data = _cached_dataset(config.dataset, json.dumps(options, sort_keys=True))
-    partition_seed = config.partition.seed if config.partition.seed is not None else seed
-    artifact = load_or_build_partition(data, config.partition, config.num_clients,
-                                       partition_seed, options)
-    return materialize(data, artifact)
 
 
 @dataclass
@@ -140,27 +109,6 @@ class Federation:
         return out
 
 
-def build_algorithm(config: ExperimentConfig, seed: int, level: str, num_features: int,
-                    num_classes: int, num_clients: int, device: torch.device
-                    ) -> tuple[Algorithm, Trainer, Setup]:
-    """The algorithm, trainer and Setup of one seed. Seeded, so the server and every client,
-    in whatever process they are built, start from the same initial model."""
-    seed_everything(seed)
-    algorithm = get_algorithm(config.algorithm)
-    if algorithm.model is None:
-        model = build_model(level, num_features, num_classes, config.model)
-    else:
-        model = algorithm.model(level, num_features, num_classes, config.model,
-                                config.algorithm_options())
-    model = model.to(device)
-    trainer = Trainer(model, config.optimizer, num_classes)
-    setup = Setup(level=level, num_clients=num_clients, num_classes=num_classes,
-                  initial_params=trainer.initial_params(),
-                  options=config.algorithm_options(), local_epochs=config.local_epochs,
-                  batch_size=config.batch_size)
-    return algorithm, trainer, setup
-
-
 RuntimeFactory = Callable[[Server, ExperimentConfig, int, FederatedData], Runtime]
 
 
@@ -168,18 +116,15 @@ def build_federation(config: ExperimentConfig, seed: int,
                      make_runtime: RuntimeFactory | None = None) -> Federation:
     """One seed's federation; in-process clients unless ``make_runtime`` supplies a runtime
     whose clients live elsewhere (Flower)."""
-    device = resolve_device(config.device)
     data = federated_data(config, seed)
     algorithm, trainer, setup = build_algorithm(config, seed, data.level, data.num_features,
-                                                data.num_classes, data.num_clients, device)
-    global_test = (prepare_client(data.global_test, trainer.model, device, config.sampling)
-                   if data.global_test is not None else None)
+                                                data.num_classes, data.num_clients,
+                                                resolve_device(config.device))
+    global_test = prepare_global_test(config, trainer, data.global_test)
     if make_runtime is not None:
         runtime = make_runtime(algorithm.server(setup.on(SERVER_DEVICE)), config, seed, data)
         return Federation(config, seed, data, trainer, runtime, global_test)
-    shared = global_test if config.client_global_eval else None
-    contexts = [ClientContext(i, prepare_client(c, trainer.model, device, config.sampling), {},
-                              trainer, shared)
+    contexts = [client_context(config, trainer, i, c, global_test)
                 for i, c in enumerate(data.clients)]
     runtime = SimulationRuntime(algorithm.server(setup.on(SERVER_DEVICE)), algorithm.client(setup),
                                 contexts, config.client_fraction, seed)
@@ -357,9 +302,7 @@ def run_experiment(config: ExperimentConfig, out: str | Path = "runs",
     input never leaves a half-written directory behind.
     """
     if config.runtime != "simulation":
-        from graphfed.runtime.flower import run_on_flower
-
-        return run_on_flower(config, Path(out), progress)
+        raise ConfigError(f"runtime={config.runtime} runs through graphfed.launch.run")
     first = build_federation(config, config.run_seeds[0])
     run_dir = new_run_dir(config, Path(out))
     return run_dir, execute(config, run_dir, first, progress, resume=False)

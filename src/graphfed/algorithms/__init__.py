@@ -1,34 +1,12 @@
-"""Federated algorithms: one module each, registered by name."""
+"""Federated algorithms, grouped by the family they extend, and the published methods as packages.
 
-from graphfed.algorithms import (  # noqa: F401  (register)
-    cgsv,
-    dfedgnn,
-    dw,
-    fedavg,
-    fedego,
-    fedgcn,
-    fedprox,
-    fedsage,
-    fedsage_plus,
-    fedstar,
-    fgfl,
-    gcfl,
-    graphfl,
-    local,
-    rffl,
-)
-from graphfed.algorithms.base import (
-    REGISTRY,
-    Algorithm,
-    Client,
-    ClientContext,
-    Message,
-    MessageError,
-    Server,
-    Setup,
-    check_message,
-    get_algorithm,
-)
+``averaging/`` (one global model), ``personalized/`` (each client keeps its own), ``clustered/``
+(a model per cluster) and ``rewards/`` (gradient rewards by contribution) hold the families'
+bases and their members; ``fgfl/`` and ``fedego/`` are paper packages. Every algorithm registers
+itself (``registry.register``) at the foot of its module; ``get_algorithm`` imports only the
+module a name lives in.
+"""
 
-__all__ = ["REGISTRY", "Algorithm", "Client", "ClientContext", "Message", "MessageError",
-           "Server", "Setup", "check_message", "get_algorithm"]
+from graphfed.algorithms.registry import REGISTRY, Algorithm, get_algorithm, load_all, register
+
+__all__ = ["REGISTRY", "Algorithm", "get_algorithm", "load_all", "register"]

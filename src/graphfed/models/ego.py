@@ -27,13 +27,6 @@ def tree_edges(hops: int, fanout: int) -> Tensor:
     return torch.stack([children, (children - 1) // fanout])
 
 
-def batched_tree_edges(num_trees: int, hops: int, fanout: int, device=None) -> Tensor:
-    """The template repeated for ``num_trees`` trees laid out one after another."""
-    template = tree_edges(hops, fanout).to(device)
-    offsets = torch.arange(num_trees, device=device).repeat_interleave(template.size(1))
-    return template.repeat(1, num_trees) + offsets * tree_size(hops, fanout)
-
-
 def mash(values: Tensor) -> Tensor:
     """FedEgo's Mixup of aligned ego-graphs: the mean over the batch at every position.
 

@@ -25,6 +25,12 @@ from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import scatter
 
 ModelName = Literal["gcn", "sage", "sgc", "gat", "gin", "mlp", "mlp_sage"]
+# the task levels each model serves (SGC and the shared FedEgo layer shape read one graph's
+# nodes; GIN is FGFL/GPFL's graph-level backbone)
+MODEL_LEVELS: dict[str, tuple[str, ...]] = {
+    "gcn": ("node", "graph"), "sage": ("node", "graph"), "gat": ("node", "graph"),
+    "mlp": ("node", "graph"), "sgc": ("node",), "mlp_sage": ("node",), "gin": ("graph",),
+}
 
 
 class ModelOptions(BaseModel):

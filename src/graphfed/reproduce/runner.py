@@ -15,11 +15,12 @@ from pathlib import Path
 
 import yaml
 
+from graphfed.build import federated_data
 from graphfed.config import ConfigError, ExperimentConfig, build_config, load_config
 from graphfed.data.datasets import canonical_name, is_present
 from graphfed.errors import GraphfedError
-from graphfed.experiment import federated_data, resume_experiment, run_experiment
-from graphfed.incentives.payoff import PAYOFF_BASELINES
+from graphfed.launch import resume, run
+from graphfed.mechanisms.payoff import PAYOFF_BASELINES
 from graphfed.metrics import mean_std, pearson
 from graphfed.reproduce.preset import REGISTRY, Preset, Variant
 
@@ -89,11 +90,11 @@ def run_cell(cell: Cell, runs: Path, progress: bool) -> None:
     if same and (path / "summary.json").is_file():
         cell.run_dir, cell.summary = path, json.loads((path / "summary.json").read_text())
     elif same:
-        cell.run_dir, cell.summary = resume_experiment(path, progress=progress)
+        cell.run_dir, cell.summary = resume(path, progress=progress)
     else:
         if path.exists():
             shutil.rmtree(path)
-        cell.run_dir, cell.summary = run_experiment(cell.config, runs, progress=progress)
+        cell.run_dir, cell.summary = run(cell.config, runs, progress=progress)
 
 
 def _saved_config(path: Path) -> dict | None:

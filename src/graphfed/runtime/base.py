@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from graphfed.algorithms.base import (
+from graphfed.protocol import (
     SERVER_DEVICE,
+    TRAIN_LOSS,
     ClientContext,
     Message,
     MessageError,
@@ -137,8 +138,8 @@ class Runtime(ABC):
         if messages and not valid:
             reasons = "; ".join(f"client {c}: {why}" for c, why in sorted(dropped.items()))
             raise RoundFailed(f"round {rnd}: no client returned a valid reply ({reasons})")
-        losses = [float(m.scalars["train_loss"]) for m in valid.values()
-                  if "train_loss" in m.scalars]
+        losses = [float(m.scalars[TRAIN_LOSS]) for m in valid.values()
+                  if TRAIN_LOSS in m.scalars]
         record = RoundRecord(
             round=rnd, sampled=sampled, answered=sorted(valid), dropped=dropped,
             bytes_up=sum(m.nbytes for m in replies.values() if isinstance(m, Message)),

@@ -3,9 +3,9 @@ receiver's device at the boundary, so no tensor is shared between the server and
 
 from __future__ import annotations
 
-from graphfed.algorithms.base import Client, ClientContext, Server
+from graphfed.protocol import Client, ClientContext, Server
 from graphfed.runtime.base import Runtime, answer_on_client, log, seeded_call
-from graphfed.training import move_tensors
+from graphfed.tensors import move_tensors
 
 
 class SimulationRuntime(Runtime):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -17,9 +17,9 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from graphfed.metrics import classification_metrics
+from graphfed.tensors import Params
 from graphfed.training.batches import GraphBatch, PreparedClient, PreparedGraphClient
 
-Params = dict[str, Tensor]
 ExtraLoss = Callable[[Params], Tensor]
 # (live params, the mini-batch, its graph embeddings) -> a loss term, for embedding regularisers
 BatchLoss = Callable[[Params, GraphBatch, Tensor], Tensor]
@@ -50,20 +50,6 @@ def _extra(extra_loss: ExtraLoss, live: Params, loss: Tensor) -> Tensor:
     if getattr(extra_loss, "sees_loss", False):
         return extra_loss(live, loss.detach())
     return extra_loss(live)
-
-
-def move_tensors(tree: Any, device: torch.device | str, copy: bool = False) -> Any:
-    """``tree`` (tensors in nested dicts, lists and tuples) with every tensor detached and on
-    ``device``; anything else is kept as it is. ``copy`` copies tensors already there too (what
-    crosses the client/server boundary is never shared); without it, a client's state loaded
-    from a checkpoint (on the CPU) goes back to where the client computes with it."""
-    if isinstance(tree, Tensor):
-        return tree.detach().to(device, copy=copy)
-    if isinstance(tree, dict):
-        return {k: move_tensors(v, device, copy) for k, v in tree.items()}
-    if type(tree) in (list, tuple):
-        return type(tree)(move_tensors(v, device, copy) for v in tree)
-    return tree
 
 
 def _call(model: nn.Module, params: Params) -> Callable:

@@ -1,0 +1,1 @@
+"""One global model: every client trains it, the server averages it (``FedAvgServer``)."""

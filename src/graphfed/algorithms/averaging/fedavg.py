@@ -1,0 +1,76 @@
+"""FedAvg (McMahan et al., AISTATS 2017): local epochs from the global model, then a
+sample-size weighted average of the returned parameters."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from graphfed.algorithms.registry import Algorithm, register
+from graphfed.mechanisms.aggregation import weighted_average
+from graphfed.protocol import (
+    AlgorithmOptions,
+    Client,
+    ClientContext,
+    Message,
+    Server,
+    Setup,
+    spec_of,
+)
+from graphfed.tensors import Params
+from graphfed.training.trainer import ExtraLoss
+
+
+class FedAvgOptions(AlgorithmOptions):
+    weighted: bool = Field(True, description="weight by client sample counts (False: uniform)")
+
+
+class FedAvgServer(Server):
+    """Holds one global model; every sampled client gets it, replies are averaged."""
+
+    state_keys = ("params",)
+
+    def __init__(self, setup: Setup):
+        super().__init__(setup)
+        self.params: Params = {k: v.clone() for k, v in setup.initial_params.items()}
+
+    def configure_fit(self, rnd, clients):
+        message = Message(tensors=self.params)
+        return {c: message for c in clients}
+
+    def reply_spec(self, client):
+        return spec_of(self.params), ("num_samples",)
+
+    def aggregate_fit(self, rnd, replies):
+        if not replies:
+            return
+        weighted = getattr(self.setup.options, "weighted", True)
+        weights = [float(m.scalars["num_samples"]) if weighted else 1.0
+                   for m in replies.values()]
+        self.params = weighted_average([m.tensors for m in replies.values()], weights)
+
+    configure_evaluate = configure_fit
+
+    def global_params(self):
+        return self.params
+
+
+class FedAvgClient(Client):
+    """Trains the received model on local data; subclasses add a regulariser via ``extra_loss``."""
+
+    def extra_loss(self, received: Params) -> ExtraLoss | None:
+        return None
+
+    def fit(self, message, ctx: ClientContext):
+        params, stats = self.local_train(message.tensors, ctx, self.extra_loss(message.tensors))
+        return Message(tensors=params, scalars={"num_samples": ctx.data.num_samples("train"),
+                                                "train_loss": stats.loss})
+
+    def evaluate(self, message, ctx):
+        return self.evaluate_params(message.tensors, ctx)
+
+
+FEDAVG = register(Algorithm(
+    "fedavg", FedAvgServer, FedAvgClient, FedAvgOptions,
+    family="averaging",
+    paper="McMahan et al., AISTATS 2017 (FedAvg)",
+    description="sample-size weighted parameter averaging"))

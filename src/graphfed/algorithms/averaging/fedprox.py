@@ -1,0 +1,96 @@
+"""FedProx (Li et al., MLSys 2020): FedAvg plus a proximal term (mu/2)||w - w_global||^2 in
+the local objective, limiting client drift.
+
+``adaptive`` is the variant FedEgo (Zhang et al., TKDD 2023) runs as its FedProx baseline, after
+its code: the term is mu * sum_w ||w - w_start||_F / numel(w) (Frobenius norm, not squared, each
+tensor divided by its size), and mu, kept per client across rounds, starts at 1 and moves before
+every batch: x10 when loss > 5 mu prox (if mu <= 1), /10 when loss < mu prox / 2 (if mu >= 1e-4).
+So mu can reach 10 and 1e-5 (the paper says it moves within [0.001, 1]). In FedEgo's code the term
+is built from ``state_dict()`` tensors, which are detached, so it never reaches the gradients and
+that FedProx trains like FedAvg; ``compat_detached`` reproduces that, the default does not.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from graphfed.algorithms.averaging.fedavg import FedAvgClient, FedAvgOptions, FedAvgServer
+from graphfed.algorithms.registry import Algorithm, register
+from graphfed.protocol import Message
+from graphfed.tensors import Params
+
+MU_KEY = "fedprox_mu"
+
+
+class FedProxOptions(FedAvgOptions):
+    mu: float = Field(0.01, ge=0.0, description="proximal coefficient (the adaptive mu starts "
+                      "at adaptive_mu_start instead)")
+    adaptive: bool = Field(False, description="FedEgo's adaptive mu and size-normalised "
+                           "Frobenius proximal term (see the module docstring)")
+    adaptive_mu_start: float = Field(1.0, gt=0.0, description="initial adaptive mu (FedEgo: 1)")
+    compat_detached: bool = Field(
+        False, description="adaptive only: the term adds to the loss value but not to the "
+        "gradients, as in FedEgo's code (state_dict tensors are detached)")
+
+
+def proximal_term(mu: float, anchor: Params):
+    """(mu/2) * ||w - anchor||^2 over all parameters, as a loss closure."""
+    frozen = {k: v.detach() for k, v in anchor.items()}
+
+    def loss(live: Params):
+        return 0.5 * mu * sum(((live[k] - frozen[k]) ** 2).sum() for k in frozen)
+
+    return loss
+
+
+def normalised_distance(live: Params, anchor: Params):
+    """sum over tensors of ||w - anchor||_F / numel(w) (FedEgo's code's proximal term)."""
+    return sum((live[k] - anchor[k]).norm() / anchor[k].numel() for k in anchor)
+
+
+def adapt_mu(mu: float, loss: float, prox: float) -> float:
+    """FedEgo's rule, applied before each batch's step."""
+    if loss > 5 * mu * prox and mu <= 1:
+        return mu * 10
+    if loss < mu * prox / 2 and mu >= 1e-4:
+        return mu / 10
+    return mu
+
+
+class AdaptiveProximalTerm:
+    """mu * normalised_distance(w, anchor), with mu adapted to each batch loss (``sees_loss``:
+    the trainer passes the batch's detached loss). ``mu`` holds the current value."""
+
+    sees_loss = True
+
+    def __init__(self, mu: float, anchor: Params, detached: bool = False):
+        self.mu = mu
+        self.anchor = {k: v.detach() for k, v in anchor.items()}
+        self.detached = detached
+
+    def __call__(self, live: Params, loss):
+        prox = normalised_distance(live, self.anchor)
+        self.mu = adapt_mu(self.mu, float(loss), float(prox.detach()))
+        return self.mu * (prox.detach() if self.detached else prox)
+
+
+class FedProxClient(FedAvgClient):
+    def extra_loss(self, received):
+        return proximal_term(self.options.mu, received) if self.options.mu > 0 else None
+
+    def fit(self, message, ctx):
+        if not getattr(self.options, "adaptive", False):
+            return super().fit(message, ctx)
+        term = AdaptiveProximalTerm(ctx.state.get(MU_KEY, self.options.adaptive_mu_start),
+                                    message.tensors, self.options.compat_detached)
+        params, stats = self.local_train(message.tensors, ctx, term)
+        ctx.state[MU_KEY] = term.mu
+        return Message(tensors=params, scalars={"num_samples": ctx.data.num_samples("train"),
+                                                "train_loss": stats.loss, "mu": term.mu})
+
+
+FEDPROX = register(Algorithm(
+    "fedprox", FedAvgServer, FedProxClient, FedProxOptions,
+    family="averaging",
+    paper="Li et al., MLSys 2020 (FedProx)",
+    description="FedAvg with a proximal term (mu; or FedEgo's adaptive mu)"))

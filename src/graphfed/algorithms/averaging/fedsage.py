@@ -1,0 +1,21 @@
+"""FedSage as FGFL runs it for graph classification: FedAvg over a GraphSAGE encoder (Zhang et al.,
+NeurIPS 2021, without the missing-neighbour generator). The backbone keeps the config's shape
+(hidden size, layers, pooling) with SAGE layers in place of the configured ones."""
+
+from __future__ import annotations
+
+from graphfed.algorithms.averaging.fedavg import FedAvgClient, FedAvgOptions, FedAvgServer
+from graphfed.algorithms.registry import Algorithm, register
+from graphfed.models.gnn import build_model
+
+
+def sage_backbone(level, in_dim, num_classes, options, method_options=None):
+    return build_model(level, in_dim, num_classes, options.model_copy(update={"name": "sage"}))
+
+
+FEDSAGE = register(Algorithm(
+    "fedsage", FedAvgServer, FedAvgClient, FedAvgOptions,
+    family="averaging",
+    paper="Zhang et al., NeurIPS 2021 (FedSage)",
+    model=sage_backbone,
+    description="FedAvg with a GraphSAGE encoder"))

@@ -1,0 +1,91 @@
+"""FedSage+'s client: NeighGen trained on its impaired graph while asked to, then the classifier
+trained and evaluated on its graph mended by the final generator."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from torch import Tensor
+
+from graphfed.algorithms.averaging.fedavg import FedAvgClient
+from graphfed.algorithms.averaging.fedsage_plus.generator import mend_with, train_neighgen
+from graphfed.algorithms.averaging.fedsage_plus.impair import Impaired, hide_nodes
+from graphfed.algorithms.averaging.fedsage_plus.messages import (
+    GEN,
+    MENDED,
+    TRAIN_GEN,
+    split_message,
+)
+from graphfed.data.federated import NodeClient
+from graphfed.mechanisms.updates import with_prefix
+from graphfed.protocol import Message
+from graphfed.training.batches import PreparedNodeClient
+
+IMPAIRED = "fedsage+_impaired"  # state: the hiding is a random draw, kept for good
+MENDED_GRAPH = "fedsage+_mended_graph"  # state: the graph the final generator mended
+MENDED_DATA = "fedsage+_mended_data"  # cache: the mended graph prepared on the device
+
+
+class FedSagePlusClient(FedAvgClient):
+    """Trains NeighGen on its impaired graph while asked to; then mends its graph with the final
+    generator and trains / evaluates the classifier on the mended graph."""
+
+    def _impaired(self, ctx) -> Impaired:
+        device = ctx.data.x.device
+        if IMPAIRED not in ctx.state:
+            o = self.options
+            ctx.state[IMPAIRED] = hide_nodes(ctx.data.graph, o.hide_portion, o.num_pred)
+        if ctx.state[IMPAIRED].x.device != device:  # e.g. after a resume (loaded on the CPU)
+            ctx.state[IMPAIRED] = ctx.state[IMPAIRED].to(device)
+        return ctx.state[IMPAIRED]
+
+    def _gen_reply(self, params, ctx) -> tuple[dict[str, Tensor], dict]:
+        data = self._impaired(ctx)
+        trained, loss = train_neighgen(params, data, self.setup.num_classes, self.options)
+        return (with_prefix(trained, GEN),
+                {"num_samples_gen": len(data.keep), "gen_loss": loss})
+
+    def answer_setup(self, message, ctx):
+        tensors, scalars = self._gen_reply(None, ctx)
+        return Message(tensors=tensors, scalars={"num_samples": scalars["num_samples_gen"],
+                                                 **scalars})
+
+    def _view(self, ctx):
+        """``ctx`` with the client's data showing the mended graph, once there is one. The
+        mended graph is state (the generator that made it is gone); its prepared form on the
+        client's device is cache, rebuilt from it where needed (a new process, a resume)."""
+        if MENDED_GRAPH not in ctx.state:
+            return ctx
+        if MENDED_DATA not in ctx.cache:
+            client = NodeClient(graph=ctx.state[MENDED_GRAPH], global_ids=ctx.data.global_ids)
+            ctx.cache[MENDED_DATA] = PreparedNodeClient(client, ctx.trainer.model,
+                                                        ctx.data.x.device, ctx.data.sampling)
+        return replace(ctx, data=ctx.cache[MENDED_DATA])
+
+    def _mend(self, gen, ctx) -> None:
+        graph = mend_with(gen, ctx.data.graph, self.setup.num_classes, self.options)
+        ctx.state[MENDED_GRAPH] = graph
+        ctx.cache.pop(MENDED_DATA, None)
+        ctx.state["fedsage+_generated_nodes"] = graph.num_nodes - ctx.data.graph.num_nodes
+
+    def fit(self, message, ctx):
+        classifier, gen = split_message(message)
+        tensors, scalars = {}, {}
+        train_gen = bool(message.scalars.get(TRAIN_GEN, False)) and bool(gen)
+        if train_gen:
+            tensors, scalars = self._gen_reply(gen, ctx)
+        elif gen:
+            self._mend(gen, ctx)
+        view = self._view(ctx)
+        out = {"num_samples": view.data.num_samples("train"), MENDED: MENDED_GRAPH in ctx.state,
+               **scalars}
+        if train_gen and not self.options.classifier_during_gen:
+            params = {k: v.clone() for k, v in classifier.items()}  # untouched this round
+        else:
+            params, stats = self.local_train(classifier, view)
+            out["train_loss"] = stats.loss
+        return Message(tensors={**params, **tensors}, scalars=out)
+
+    def evaluate(self, message, ctx):
+        classifier, _ = split_message(message)
+        return self.evaluate_params(classifier, self._view(ctx))

@@ -1,0 +1,84 @@
+"""FedSage+'s server: FedAvg of the classifier, and FedAvg of NeighGen for ``gen_rounds``."""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from graphfed.algorithms.averaging.fedavg import FedAvgServer
+from graphfed.algorithms.averaging.fedsage_plus.messages import (
+    GEN,
+    MENDED,
+    TRAIN_GEN,
+    split_message,
+)
+from graphfed.mechanisms.aggregation import weighted_average
+from graphfed.mechanisms.updates import with_prefix
+from graphfed.protocol import Message, spec_of
+
+
+class FedSagePlusServer(FedAvgServer):
+    """FedAvg of the classifier, plus FedAvg of NeighGen for ``gen_rounds`` rounds."""
+
+    state_keys = (*FedAvgServer.state_keys, "gen", "gen_done", "mended")
+
+    def __init__(self, setup):
+        super().__init__(setup)
+        self.gen: dict[str, Tensor] | None = None
+        self.gen_done = 0  # generator aggregations so far
+        self.mended: set[int] = set()
+        self.training_gen: set[int] = set()  # clients asked to train the generator this round
+
+    def configure_setup(self, clients):
+        return {c: Message() for c in clients} if self.setup.options.gen_rounds > 0 else {}
+
+    def setup_reply_spec(self, client):
+        return None, ("num_samples",)
+
+    def _aggregate_gen(self, replies: dict[int, Message]) -> None:
+        gens = {c: split_message(m)[1] for c, m in replies.items()}
+        gens = {c: g for c, g in gens.items() if g}
+        if not gens:
+            return
+        self.gen = weighted_average(list(gens.values()),
+                                    [float(replies[c].scalars["num_samples_gen"])
+                                     for c in gens])
+        self.gen_done += 1
+
+    def aggregate_setup(self, replies):
+        self._aggregate_gen(replies)
+
+    def configure_fit(self, rnd, clients):
+        self.training_gen = set()
+        if self.gen is None:
+            return super().configure_fit(rnd, clients)
+        train = self.gen_done < self.setup.options.gen_rounds
+        gen = with_prefix(self.gen, GEN)
+        out = {}
+        for c in clients:
+            if c in self.mended:
+                out[c] = Message(tensors=self.params)
+                continue
+            out[c] = Message(tensors={**self.params, **gen}, scalars={TRAIN_GEN: train})
+            if train:
+                self.training_gen.add(c)
+        return out
+
+    def configure_evaluate(self, rnd, clients):
+        return {c: Message(tensors=self.params) for c in clients}
+
+    def reply_spec(self, client):
+        spec = spec_of(self.params)
+        if client in self.training_gen:
+            spec.update({GEN + k: (tuple(v.shape), v.dtype) for k, v in self.gen.items()})
+        return spec, ("num_samples",)
+
+    def aggregate_fit(self, rnd, replies):
+        self.mended |= {c for c, m in replies.items() if m.scalars.get(MENDED)}
+        self._aggregate_gen(replies)
+        classifier = {c: Message(tensors=split_message(m)[0], scalars=m.scalars)
+                      for c, m in replies.items()}
+        super().aggregate_fit(rnd, classifier)
+
+    def round_metrics(self):
+        return {"fedsage+_generator_rounds": self.gen_done,
+                "fedsage+_mended_clients": len(self.mended)}

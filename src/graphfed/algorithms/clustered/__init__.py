@@ -1,0 +1,1 @@
+"""Clustered FL: one model per cluster of clients (servers extend ``GCFLServer``)."""

@@ -1,0 +1,142 @@
+"""Ego-graphs for FedEgo: clients train and evaluate on fixed-shape sampled ego-trees, upload
+mashed (Mixup) ego-graphs, and the server trains on the union of the uploads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.func import functional_call
+
+from graphfed.algorithms.fedego.options import FedEgoOptions
+from graphfed.data.sampling import NeighbourSampler
+from graphfed.models.ego import mash, tree_size
+from graphfed.tensors import Params
+from graphfed.training.batches import PreparedNodeClient
+
+
+class TreeBatch:
+    """A batch of ego-trees; the loss is taken at the centres. ``x`` is either the trees'
+    embeddings (trees, size, h) or distinct raw node features that ``positions`` index."""
+
+    def __init__(self, x: Tensor, targets: Tensor, positions: Tensor | None = None):
+        self.x, self.targets, self.positions = x, targets, positions
+
+    def forward(self, model, call) -> Tensor:
+        kwargs = {} if self.positions is None else {"positions": self.positions}
+        return call(model, (self.x, None, None), kwargs)
+
+
+class EgoView:
+    """A client's graph seen through sampled ego-trees; it offers the ``batches``/``outputs``
+    interface of a prepared client, so the ordinary ``Trainer`` trains and evaluates on it."""
+
+    def __init__(self, data: PreparedNodeClient, options: FedEgoOptions):
+        self.data, self.options = data, options
+        self.sampler = NeighbourSampler(data.edge_index, len(data.y))
+        self.size = tree_size(options.hops, options.fanout)
+
+    def num_samples(self, split: str) -> int:
+        return self.data.num_samples(split)
+
+    def trees(self, centres: Tensor, targets: Tensor) -> TreeBatch:
+        distinct, positions = self.sample(centres).unique(return_inverse=True)
+        return TreeBatch(self.data.x[distinct], targets, positions)
+
+    def sample(self, centres: Tensor) -> Tensor:
+        """Aligned ego-trees of FedEgo's shape around ``centres``, (len(centres), size)."""
+        return self.sampler.sample(centres, self.options.hops, self.options.fanout)
+
+    def batches(self, split: str, batch_size: int | None, shuffle: bool):
+        index = self.data.epoch_nodes(split, batch_size, shuffle)
+        for chunk in index.split(batch_size or max(len(index), 1)):
+            yield self.trees(chunk, self.data.y[chunk])
+
+    def outputs(self, model, call, splits) -> dict[str, tuple[Tensor, Tensor]]:
+        if self.options.eval_sampling == "full":
+            return self.data.outputs(model, call, splits)
+        out = {}
+        for s in splits:
+            index = self.data.index[s]
+            if len(index):
+                out[s] = (self.trees(index, self.data.y[index]).forward(model, call),
+                          self.data.y[index])
+        return out
+
+
+def ego_view(data: PreparedNodeClient, options: FedEgoOptions, cache: dict[str, Any],
+             key: str = "ego_view") -> EgoView:
+    """The client's view of ``data``, kept in its cache: the sampler's CSR depends on the graph
+    only, so it is built once per process and rebuilt after a resume."""
+    if key not in cache:
+        cache[key] = EgoView(data, options)
+    return cache[key]
+
+
+@torch.no_grad()
+def mashed_ego_graphs(view: EgoView, model, theta: Params, num_classes: int, batch_size: int,
+                      options: FedEgoOptions) -> tuple[Tensor, Tensor]:
+    """The upload: one mashed ego-graph per batch of training centres, (M, size, h) embeddings
+    and (M, size, C) soft labels, from the post-training Θ_i in eval mode."""
+    data = view.data
+    if options.ego:  # every node's reduced embedding, read at each tree position
+        reduced = F.relu(functional_call(model.reduction, theta, (data.x,)))
+    index = data.index["train"]
+    index = index[torch.randperm(len(index), device=index.device)]
+    embeddings, labels = [], []
+    for chunk in index.split(batch_size):
+        nodes = view.sample(chunk)  # (b, size), aligned by position
+        if options.ego:
+            values, onehot = reduced[nodes], F.one_hot(data.y[nodes], num_classes).float()
+        else:  # w/o EGO: the centres' embeddings from the SAGE reduction, no structure
+            values = functional_call(model.reduction, theta, (data.x[nodes],)).unsqueeze(1)
+            onehot = F.one_hot(data.y[chunk], num_classes).float().unsqueeze(1)
+        if options.mixup:
+            embeddings.append(mash(values))
+            labels.append(mash(onehot))
+        else:
+            embeddings.append(values[0])
+            labels.append(onehot[0])
+    x, y = torch.stack(embeddings), torch.stack(labels)
+    if options.noise_sigma > 0:
+        x = x + options.noise_sigma * torch.randn_like(x)
+    return x, y
+
+
+def label_distribution(y: Tensor, num_classes: int) -> Tensor:
+    return torch.bincount(y, minlength=num_classes).float() / max(len(y), 1)
+
+
+class MashedData:
+    """The server's training set of one round: every uploaded mashed ego-graph, each its own
+    block; an epoch trains on a random ``fraction`` of the centres."""
+
+    def __init__(self, x: Tensor, y: Tensor, options: FedEgoOptions):
+        self.x, self.y, self.options = x, y, options
+        self.size = x.shape[1]
+
+    def batches(self, split: str, batch_size: int | None, shuffle: bool):
+        count = len(self.x)
+        keep = max(1, int(count * self.options.server_fraction))
+        chosen = torch.randperm(count, device=self.x.device)[:keep]
+        for chunk in chosen.split(batch_size or len(chosen)):
+            trees = self.x[chunk]
+            if self.options.server_resample:
+                rows = torch.arange(len(chunk), device=trees.device).unsqueeze(1)
+                trees = trees[rows, resampled_positions(len(chunk), self.options, trees.device)]
+            yield TreeBatch(trees, self.y[chunk, 0])
+
+
+def resampled_positions(num_trees: int, options: FedEgoOptions, device=None) -> Tensor:
+    """FedEgo's code re-samples a mashed tree on the server (``fanout`` children drawn with
+    replacement among the ``fanout`` children, level by level): position j of the new tree
+    reads position ``orig[j]`` of the uploaded one."""
+    f = options.fanout
+    levels = [torch.zeros(num_trees, 1, dtype=torch.long, device=device)]
+    for _ in range(options.hops):
+        parents = levels[-1].repeat_interleave(f, dim=1)
+        draw = torch.randint(0, f, parents.shape, device=device)
+        levels.append(f * parents + 1 + draw)
+    return torch.cat(levels, dim=1)

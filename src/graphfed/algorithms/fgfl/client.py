@@ -1,0 +1,72 @@
+"""FGFL's client: motif vocabulary and initial prototypes at setup, the prototype regulariser
+(Eq. 14) in local training, local prototypes uploaded with the update."""
+
+from __future__ import annotations
+
+import torch
+
+from graphfed.algorithms.fgfl.prototypes import motif_means
+from graphfed.algorithms.rewards.base import RewardClient
+from graphfed.data.motifs import build_vocabulary
+from graphfed.protocol import Message
+
+
+class FGFLClient(RewardClient):
+    def _vocabulary(self, ctx):
+        """The client's motif vocabulary: rebuilt from its training graphs where needed."""
+        if "motifs" not in ctx.cache:
+            ctx.cache["motifs"] = build_vocabulary(ctx.data.graphs["train"],
+                                                   self.options.keep_fraction,
+                                                   self.options.max_ring)
+        return ctx.cache["motifs"]
+
+    def answer_setup(self, message, ctx):
+        vocabulary = self._vocabulary(ctx)
+        tensors = {"motif_keys": vocabulary.encoded(), "motif_counts": vocabulary.counts.long()}
+        if self.options.use_prototypes:
+            embedding = ctx.trainer.embed(self.setup.initial_params, ctx.data)
+            prototypes, _ = motif_means(embedding, vocabulary.membership.to(embedding.device))
+            tensors["prototypes"] = (prototypes / prototypes.norm(dim=1, keepdim=True
+                                                                  ).clamp_min(1.0)).float()
+        return Message(tensors=tensors)
+
+    def batch_loss(self, message, ctx):
+        o = self.options
+        if not o.use_prototypes or o.proto_weight == 0:
+            return None
+        membership = self._vocabulary(ctx).membership.to(message.tensors["prototypes"].device)
+        target = message.tensors["prototypes"]
+        seen = ctx.cache.setdefault("seen_embeddings", {})
+        seen.clear()
+
+        def loss(live, batch, embedding):
+            ids = batch.ids
+            if o.proto_from_train_pass:
+                seen.update(zip(ids.tolist(), embedding.detach(), strict=True))
+            if o.proto_scope == "dataset":
+                full = ctx.data.splits["train"].all()
+                embedding = ctx.trainer.forward(live, full, with_embedding=True)[1]
+                ids = full.ids
+            means, present = motif_means(embedding, membership[ids])
+            if not present.any():
+                return embedding.new_zeros(())
+            diff = means[present] - target[present]
+            dist = diff.pow(2).mean(1) if o.proto_distance == "mse" else diff.norm(dim=1)
+            return o.proto_weight * (dist.mean() if o.proto_reduce == "mean" else dist.sum())
+
+        return loss
+
+    def upload(self, message, ctx, trained, update):
+        reply = super().upload(message, ctx, trained, update)
+        if self.options.use_prototypes:
+            membership = self._vocabulary(ctx).membership
+            seen = ctx.cache.pop("seen_embeddings", {})
+            if self.options.proto_from_train_pass and len(seen) == membership.shape[0]:
+                embedding = torch.stack([seen[i] for i in range(len(seen))])
+            else:
+                embedding = ctx.trainer.embed(trained, ctx.data)
+            prototypes, present = motif_means(embedding, membership.to(embedding.device))
+            keep = message.tensors["prototypes"]
+            reply.tensors["prototypes"] = torch.where(present.view(-1, 1), prototypes,
+                                                      keep).float()
+        return reply

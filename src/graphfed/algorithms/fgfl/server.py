@@ -1,0 +1,162 @@
+"""FGFL's server: vocabularies at setup, valuation (Eq. 10), payoff (Eqs. 5-7) and the
+value-weighted prototype aggregate (Eq. 12) on top of the gradient-reward round."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from graphfed.algorithms.rewards.base import RewardServer
+from graphfed.data.motifs import KEY_WIDTH, decode_keys
+from graphfed.mechanisms.payoff import fgfl_payoff, gradient_shapley
+from graphfed.mechanisms.sparse_rewards import value_weights
+from graphfed.metrics import pearson
+from graphfed.protocol import Message, MessageError
+
+log = logging.getLogger("graphfed.fgfl")
+
+
+class FGFLServer(RewardServer):
+    state_keys = (*RewardServer.state_keys, "codes", "diversity", "prototypes", "proto_rep",
+                  "value_sum", "value_rounds", "payoff_total")
+
+    def __init__(self, setup):
+        super().__init__(setup)
+        n = setup.num_clients
+        self.codes: list[Tensor] = [torch.empty(0, dtype=torch.long) for _ in range(n)]
+        self.diversity = torch.zeros(n, dtype=torch.float64)
+        self.prototypes = torch.empty(0)
+        self.proto_rep = torch.empty(0)
+        self.value_sum = torch.zeros(n, dtype=torch.float64)
+        self.value_rounds = 0
+        self.payoff_total = torch.zeros(n, dtype=torch.float64)
+
+    # ------------------------------------------------------------ setup: vocabularies
+    def configure_setup(self, clients):
+        return {c: Message() for c in clients}
+
+    def aggregate_setup(self, replies):
+        if len(replies) < self.setup.num_clients:
+            missing = sorted(set(range(self.setup.num_clients)) - set(replies))
+            raise MessageError(f"FGFL needs every agent's motif vocabulary; missing {missing}")
+        keys = {}
+        for c, m in sorted(replies.items()):
+            enc, counts = m.tensors.get("motif_keys"), m.tensors.get("motif_counts")
+            if enc is None or enc.dim() != 2 or enc.shape[1] != KEY_WIDTH or counts is None \
+                    or counts.shape != (enc.shape[0],):
+                raise MessageError(f"client {c}: malformed motif vocabulary")
+            keys[c] = decode_keys(enc)
+        vocabulary = sorted({k for ks in keys.values() for k in ks})
+        code = {k: i for i, k in enumerate(vocabulary)}
+        self.codes = [torch.tensor([code[k] for k in keys[c]], dtype=torch.long)
+                      for c in range(self.setup.num_clients)]
+        total = max(len(vocabulary), 1)
+        self.diversity = torch.tensor([len(keys[c]) / total for c in sorted(keys)],
+                                      dtype=torch.float64)
+        if self.setup.options.use_prototypes:
+            self.prototypes = self._initial_prototypes(replies, len(vocabulary))
+            self.proto_rep = torch.ones(self.setup.num_clients, len(vocabulary),
+                                        dtype=torch.float64)
+
+    def _initial_prototypes(self, replies, size: int) -> Tensor:
+        """Round-0 global prototypes (spec 3.6): mean, or weighted by motif graph counts."""
+        mode = self.setup.options.init_proto
+        dim = next(iter(replies.values())).tensors["prototypes"].shape[1]
+        total = torch.zeros(size, dim, dtype=torch.float64)
+        weight = torch.zeros(size, dtype=torch.float64)
+        holders = torch.zeros(size, dtype=torch.float64)
+        for c, m in replies.items():
+            counts = m.tensors["motif_counts"].double()
+            w = torch.ones_like(counts) if mode == "mean" else counts
+            total.index_add_(0, self.codes[c], w.view(-1, 1) * m.tensors["prototypes"].double())
+            weight.index_add_(0, self.codes[c], w)
+            holders.index_add_(0, self.codes[c], torch.ones_like(counts))
+        out = total / weight.clamp_min(1e-12).view(-1, 1)
+        if mode == "count_weighted_paper_eq19":
+            out = out / holders.clamp_min(1).view(-1, 1)
+        return out.float()
+
+    # ------------------------------------------------------------ messages
+    def message_for(self, client):
+        message = super().message_for(client)
+        if self.setup.options.use_prototypes:
+            message.tensors["prototypes"] = self.prototypes[self.codes[client]]
+        return message
+
+    def reply_spec(self, client):
+        spec, scalars = super().reply_spec(client)
+        if self.setup.options.use_prototypes:
+            spec["prototypes"] = ((len(self.codes[client]), self.prototypes.shape[1]),
+                                  torch.float32)
+        return spec, scalars
+
+    # ------------------------------------------------------------ valuation
+    def aggregation_weights(self, clients):
+        if self.setup.options.value_weighted_agg:
+            return value_weights(self.values[clients])
+        sizes = self.data_sizes[clients]
+        return sizes / sizes.sum()
+
+    def revalue(self, rnd, clients, updates, aggregate, alignment):
+        o = self.setup.options
+        values = self.values.clone()
+        phi = alignment if o.use_alignment else torch.zeros_like(alignment)
+        if o.value_update == "ema":
+            values[clients] = 0.95 * values[clients] + 0.05 * phi
+        else:
+            diversity = self.diversity[clients] if o.use_diversity else 0.0
+            values[clients] = values[clients] + o.alpha1 * (phi + o.alpha2 * diversity)
+        total = values.sum()
+        if abs(float(total)) < 1e-12:
+            log.warning("round %d: agent values sum to ~0; left unnormalised", rnd)
+            return values
+        return values / total
+
+    def after_aggregate(self, rnd, clients, updates, replies):
+        o = self.setup.options
+        past = (self.value_sum / self.value_rounds).tolist() if self.value_rounds else None
+        payoff = torch.tensor(fgfl_payoff(self.values.tolist(), past, o.budget),
+                              dtype=torch.float64)
+        self.value_sum += self.values
+        self.value_rounds += 1
+        self.payoff_total += payoff
+        self.last.update(payoff=payoff.tolist(), payoff_total=self.payoff_total.tolist(),
+                         diversity=self.diversity.tolist())
+        if o.use_prototypes:
+            self._aggregate_prototypes(clients, replies)
+            self.last["prototype_bytes"] = 4 * sum(int(self.codes[c].numel()) for c in clients
+                                                   ) * int(self.prototypes.shape[1])
+        if o.exact_shapley:
+            weights = torch.tensor(self.last["weights"], dtype=torch.float64)
+            aggregate = (weights.view(-1, 1) * updates).sum(0)
+            shapley = gradient_shapley(updates, weights, aggregate)
+            alignment = self.last["alignment"]
+            self.last.update(
+                shapley=shapley, shapley_alignment_pearson=pearson(shapley, alignment),
+                shapley_sign_agreement=sum((s > 0) == (a > 0) for s, a in zip(
+                    shapley, alignment, strict=True)) / len(shapley))
+
+    def _aggregate_prototypes(self, clients, replies):
+        """Eq. 12: per motif, the ReLU(value)-weighted mean over the agents holding it (or the
+        per-motif reputation variant of the code); a motif nobody weighs keeps its prototype."""
+        size, dim = self.prototypes.shape
+        total = torch.zeros(size, dim, dtype=torch.float64)
+        weight = torch.zeros(size, dtype=torch.float64)
+        for c in clients:
+            local = replies[c].tensors["prototypes"].double()
+            codes = self.codes[c]
+            if self.setup.options.proto_weights == "value":
+                w = torch.full((len(codes),), float(self.values[c].clamp_min(0)),
+                               dtype=torch.float64)
+            else:
+                cos = F.cosine_similarity(local, self.prototypes[codes].double(), dim=1)
+                self.proto_rep[c, codes] = (0.95 * self.proto_rep[c, codes]
+                                            + 0.05 * cos).clamp_min(1e-3)
+                w = self.proto_rep[c, codes]
+            total.index_add_(0, codes, w.view(-1, 1) * local)
+            weight.index_add_(0, codes, w)
+        update = weight > 0
+        self.prototypes[update] = (total[update] / weight[update].view(-1, 1)).float()

@@ -1,0 +1,1 @@
+"""Each client keeps its own model across rounds (clients extend ``PersonalClient``)."""

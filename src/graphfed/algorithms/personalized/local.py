@@ -1,0 +1,44 @@
+"""Local (self-train): each client trains on its own data only; nothing crosses the boundary.
+
+The reference for "does federation help"; every client starts from the same initial model.
+"""
+
+from __future__ import annotations
+
+from graphfed.algorithms.registry import Algorithm, register
+from graphfed.protocol import AlgorithmOptions, Client, Message, Server
+
+
+class LocalOptions(AlgorithmOptions):
+    pass
+
+
+class LocalServer(Server):
+    def configure_fit(self, rnd, clients):
+        return {c: Message() for c in clients}
+
+    def reply_spec(self, client):
+        return {}, ()
+
+    def aggregate_fit(self, rnd, replies):
+        return None
+
+
+class LocalClient(Client):
+    def _params(self, ctx):
+        return ctx.state.get("params", self.setup.initial_params)
+
+    def fit(self, message, ctx):
+        ctx.state["params"], _ = self.local_train(self._params(ctx), ctx)
+        return Message()
+
+    def evaluate(self, message, ctx):
+        return self.evaluate_params(self._params(ctx), ctx)
+
+
+LOCAL = register(Algorithm(
+    "local", LocalServer, LocalClient, LocalOptions,
+    family="personalized",
+    paper="baseline: no federation (self-train)",
+    aliases=("self-train",),
+    description="each client trains alone (self-train)"))

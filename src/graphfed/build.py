@@ -1,0 +1,96 @@
+"""Config + seed -> the pieces of a run: the clients' data, the algorithm, its trainer and setup,
+and a client's prepared context.
+
+Shared by the in-process federation (``experiment``) and by every Flower node (``flower``), so a
+client is assembled the same way wherever it runs, and seeded, so the server and every client
+start from the same initial model in whatever process they are built.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from functools import lru_cache
+
+import numpy as np
+import torch
+
+from graphfed.algorithms.registry import Algorithm, get_algorithm
+from graphfed.config import ConfigError, ExperimentConfig
+from graphfed.data.datasets import GraphDataset, load_dataset
+from graphfed.data.federated import (
+    ClientData,
+    FederatedData,
+    load_or_build_partition,
+    materialize,
+)
+from graphfed.models.gnn import build_model
+from graphfed.protocol import ClientContext, Setup
+from graphfed.training import PreparedClient, Trainer, prepare_client
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device=cuda but no CUDA device is available; use device=auto or cpu")
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+@lru_cache(maxsize=4)
+def _cached_dataset(name: str, options_json: str) -> GraphDataset:
+    return load_dataset(name, json.loads(options_json) or None)
+
+
+def federated_data(config: ExperimentConfig, seed: int) -> FederatedData:
+    """The clients of this config and seed (the partition artifact is built once, then reused)."""
+    options = config.dataset_options
+    data = _cached_dataset(config.dataset, json.dumps(options, sort_keys=True))
+    partition_seed = config.partition.seed if config.partition.seed is not None else seed
+    artifact = load_or_build_partition(data, config.partition, config.num_clients,
+                                       partition_seed, options)
+    return materialize(data, artifact)
+
+
+def build_algorithm(config: ExperimentConfig, seed: int, level: str, num_features: int,
+                    num_classes: int, num_clients: int, device: torch.device
+                    ) -> tuple[Algorithm, Trainer, Setup]:
+    """The algorithm, trainer and Setup of one seed. Seeded, so the server and every client,
+    in whatever process they are built, start from the same initial model."""
+    seed_everything(seed)
+    algorithm = get_algorithm(config.algorithm)
+    if algorithm.model is None:
+        model = build_model(level, num_features, num_classes, config.model)
+    else:
+        model = algorithm.model(level, num_features, num_classes, config.model,
+                                config.algorithm_options())
+    model = model.to(device)
+    trainer = Trainer(model, config.optimizer, num_classes)
+    setup = Setup(level=level, num_clients=num_clients, num_classes=num_classes,
+                  initial_params=trainer.initial_params(),
+                  options=config.algorithm_options(), local_epochs=config.local_epochs,
+                  batch_size=config.batch_size)
+    return algorithm, trainer, setup
+
+
+def prepare_global_test(config: ExperimentConfig, trainer: Trainer,
+                        global_test: ClientData | None) -> PreparedClient | None:
+    """The shared global test set on the trainer's device, when the partition has one."""
+    if global_test is None:
+        return None
+    return prepare_client(global_test, trainer.model, trainer.device, config.sampling)
+
+
+def client_context(config: ExperimentConfig, trainer: Trainer, client_id: int,
+                   data: ClientData, global_test: PreparedClient | None) -> ClientContext:
+    """One client's context with its data prepared on the trainer's device and an empty state;
+    it sees the global test set only when the run evaluates every client's model on it."""
+    prepared = prepare_client(data, trainer.model, trainer.device, config.sampling)
+    shared = global_test if config.client_global_eval else None
+    return ClientContext(client_id, prepared, {}, trainer, shared)

@@ -1,0 +1,3 @@
+from graphfed.cli import main
+
+main()

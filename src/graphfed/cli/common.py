@@ -1,0 +1,61 @@
+"""What every command shares: the consoles, the one-line failure, argument splitting and number
+formatting. Commands import their heavy modules inside the command, so ``graphfed --help`` and
+light commands start without torch."""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from graphfed.errors import GraphfedError
+
+console = Console()
+errors = Console(stderr=True)
+
+
+def fail(message: str) -> NoReturn:
+    """Bad input: one readable line on stderr and exit code 2, never a traceback."""
+    errors.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def readable(command: Callable[..., Any]) -> Callable[..., Any]:
+    """A command whose ``GraphfedError`` becomes ``fail``'s one line."""
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except GraphfedError as e:
+            fail(str(e))
+    return wrapper
+
+
+def split_args(args: list[str]) -> tuple[str | None, list[str]]:
+    """``CONFIG key=value ...``: the config file is the first argument without ``=``."""
+    if args and "=" not in args[0]:
+        return args[0], args[1:]
+    return None, args
+
+
+def fmt(value: float | None) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4f}"
+
+
+def print_final(summary: dict) -> None:
+    table = Table(title=f"{summary['algorithm']} on {summary['dataset']} "
+                        f"({len(summary['seeds'])} seed(s), {summary['rounds']} rounds, "
+                        f"{summary['seconds']:.1f}s)")
+    table.add_column("metric")
+    table.add_column("mean", justify="right")
+    table.add_column("std over seeds", justify="right")
+    for key, stats in summary["over_seeds"].items():
+        table.add_row(key, fmt(stats["mean"]), fmt(stats["std"]))
+    console.print(table)

@@ -1,0 +1,78 @@
+"""``graphfed datasets`` and ``graphfed partition``: what data there is, and how a config
+splits it among clients."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from graphfed.cli.common import console, fail, fmt, split_args
+from graphfed.errors import GraphfedError
+
+
+def datasets() -> None:
+    """List the datasets graphfed knows and whether their files are present."""
+    from graphfed.data.datasets import SPECS, SYNTHETIC, data_root, missing_files
+
+    root = data_root()
+    table = Table(title=f"datasets (GRAPHFED_DATA={root or 'unset: downloads on first use'})")
+    for col in ("name", "level", "PyG class", "status"):
+        table.add_column(col)
+    for name, spec in SPECS.items():
+        if root is None:
+            status = "download on use"
+        else:
+            status = "[green]present[/]" if not missing_files(name) else "[red]missing[/]"
+        table.add_row(name, spec.level, spec.pyg_class, status)
+    for name in SYNTHETIC:
+        table.add_row(name, "node", "synthetic (CSBM)", "generated")
+    console.print(table)
+
+
+def partition(
+    args: Annotated[list[str] | None, typer.Argument(help="CONFIG.yaml and key=value overrides")
+                    ] = None,
+    plot: Annotated[Path | None, typer.Option(help="save a label-distribution plot here")
+                    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the rows as JSON")] = False,
+) -> None:
+    """Build (or reload) the federated data simulation of a config and describe each client."""
+    from graphfed.build import federated_data
+    from graphfed.config import load_config
+    from graphfed.data.stats import client_stats, label_counts, plot_label_distribution
+
+    try:
+        config_path, overrides = split_args(args or [])
+        config = load_config(config_path, overrides)
+        data = federated_data(config, config.run_seeds[0])
+    except GraphfedError as e:
+        fail(str(e))
+    rows = client_stats(data)
+    shared = (None if data.global_test is None
+              else label_counts(data.global_test, data.num_classes))  # a skewed one shows here
+    if as_json:
+        console.print_json(json.dumps({"partition_id": data.partition_id, "clients": rows,
+                                       "global_test_label_counts": shared}))
+    else:
+        unit = "nodes" if data.level == "node" else "graphs"
+        table = Table(title=f"{data.dataset}: {data.num_clients} clients, partition "
+                            f"{data.partition_id}")
+        for col in ("client", unit, "train/val/test", "edges", "labels", "homophily",
+                    "lost edges"):
+            table.add_column(col, justify="right")
+        for r in rows:
+            table.add_row(str(r["client"]), str(r["samples"]),
+                          f"{r['train']}/{r['val']}/{r['test']}", str(r["edges"]),
+                          " ".join(str(c) for c in r["label_counts"]), fmt(r["homophily"]),
+                          str(r["lost_edges"]))
+        console.print(table)
+        if shared is not None:
+            console.print(f"global test set: {sum(shared)} {unit}, labels "
+                          f"{' '.join(map(str, shared))}")
+    if plot is not None:
+        plot_label_distribution(data, plot)
+        console.print(f"plot: {plot}")

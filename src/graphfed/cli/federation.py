@@ -1,0 +1,132 @@
+"""``graphfed federation ...``: what the operator and each data owner run for a real federation
+(thin wrappers over Flower's own ``flower-superlink`` / ``flower-supernode`` / ``flwr``)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from graphfed.cli.common import console, print_final, readable, split_args
+from graphfed.errors import GraphfedError
+
+federation = typer.Typer(no_args_is_help=True, help="Run a real federation on Flower: "
+                         "credentials, partition files, SuperLink, SuperNodes.")
+
+
+def _exec(command: list[str]) -> None:
+    """Become the Flower process (signals and exit code are then Flower's own)."""
+    if shutil.which(command[0]) is None:
+        raise GraphfedError(f"'{command[0]}' not found; install Flower with "
+                            "pip install 'graphfed[flower]'")
+    from graphfed.flower.deployment import tool_env
+
+    os.execvpe(command[0], command, tool_env())
+
+
+@federation.command()
+@readable
+def export(
+    args: Annotated[list[str], typer.Argument(help="CONFIG.yaml and key=value overrides")],
+    out: Annotated[Path, typer.Option(help="directory for client-<i>.pt")] = Path("owners"),
+) -> None:
+    """Write one file per client of the config's partition: hand client-<i>.pt to owner i."""
+    from graphfed.config import load_config
+    from graphfed.flower.owner import export_partition
+
+    config_path, overrides = split_args(args)
+    config = load_config(config_path, overrides)
+    for path in export_partition(config, config.run_seeds[0], out):
+        typer.echo(path)
+
+
+@federation.command()
+@readable
+def credentials(
+    out: Annotated[Path, typer.Argument(help="directory for the keys and certificates")],
+    owners: Annotated[int, typer.Option(help="number of data owners (node key pairs)")],
+    host: Annotated[list[str] | None, typer.Option(
+        help="SuperLink host name or IP the TLS certificate is for (repeatable)")] = None,
+) -> None:
+    """Make a CA, the SuperLink's TLS certificate and one key pair per owner (never commit them:
+    superlink.key stays with the operator, owner-<i>.key with owner i)."""
+    from graphfed.flower.deployment import make_credentials
+
+    make_credentials(out, owners, tuple(host or ("127.0.0.1", "localhost")))
+    typer.echo(f"credentials in {out}")
+
+
+@federation.command()
+@readable
+def superlink(
+    creds: Annotated[Path, typer.Option("--credentials", help="from `federation credentials`")],
+    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port of the SuperLink's APIs")] = 9093,
+) -> None:
+    """Operator: start the SuperLink with TLS and SuperNode authentication."""
+    from graphfed.flower.deployment import Credentials, superlink_command
+
+    _exec(superlink_command(Credentials(creds), host, port))
+
+
+@federation.command()
+@readable
+def register(
+    public_key: Annotated[Path, typer.Argument(help="an owner's owner-<i>.pub")],
+    superlink: Annotated[str, typer.Option(help="SuperLink address host:port")],
+    ca: Annotated[Path, typer.Option(help="CA certificate (ca.crt)")],
+    home: Annotated[Path, typer.Option(help="Flower CLI config directory to use")
+                    ] = Path(".graphfed-flwr"),
+) -> None:
+    """Operator: admit the owner holding this public key's private key."""
+    from graphfed.flower.deployment import register_node
+
+    register_node(public_key, superlink, ca, home)
+    typer.echo(f"registered {public_key}")
+
+
+@federation.command()
+@readable
+def node(
+    data: Annotated[Path, typer.Option(help="this owner's client-<i>.pt")],
+    key: Annotated[Path, typer.Option(help="this owner's private key (owner-<i>.key)")],
+    ca: Annotated[Path, typer.Option(help="CA certificate the SuperLink's is signed by")],
+    superlink: Annotated[str, typer.Option(help="SuperLink address host:port")
+                         ] = "127.0.0.1:9093",
+    port: Annotated[int, typer.Option(help="local port of this node's ClientApp API")] = 9094,
+) -> None:
+    """Owner: start this owner's SuperNode on its own data and credentials."""
+    from graphfed.flower.deployment import supernode_command
+
+    if not data.is_file():
+        raise GraphfedError(f"no data file at {data} (make one with `graphfed federation export`)")
+    _exec(supernode_command(superlink, ca, key, data, port))
+
+
+@federation.command()
+@readable
+def loopback(
+    args: Annotated[list[str], typer.Argument(help="CONFIG.yaml and key=value overrides")],
+    root: Annotated[Path, typer.Option(help="directory for credentials, owner files and logs")
+                    ] = Path("federation"),
+    port: Annotated[int, typer.Option(help="the SuperLink's port")] = 9093,
+    node_port: Annotated[int, typer.Option(help="first local port of the SuperNodes")] = 9400,
+    out: Annotated[Path, typer.Option(help="directory under which the run directory is made")
+                   ] = Path("runs"),
+) -> None:
+    """The whole recipe on this machine: credentials, one data file per owner, a SuperLink and
+    one SuperNode per owner as separate processes (TLS + node authentication), the run, then
+    every process stopped. Logs stay in ROOT."""
+    from graphfed.config import load_config
+    from graphfed.flower.loopback import LoopbackFederation
+
+    config_path, overrides = split_args(args)
+    config = load_config(config_path, overrides)
+    typer.echo(f"starting a SuperLink and {config.num_clients} SuperNodes (logs in {root})")
+    with LoopbackFederation(config, root, port, node_port) as fed:
+        run_dir, summary = fed.run(out=out, progress=True)
+    print_final(summary)
+    console.print(f"run directory: [bold]{run_dir}[/]")

@@ -1,0 +1,45 @@
+"""``graphfed run``: one experiment, or the continuation of an interrupted one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from graphfed.cli.common import console, errors, fail, print_final, split_args
+from graphfed.errors import GraphfedError
+
+
+def run(
+    args: Annotated[list[str] | None, typer.Argument(
+        help="CONFIG.yaml followed by key=value overrides (e.g. rounds=50 fedprox.mu=0.1)")] = None,
+    out: Annotated[Path, typer.Option(help="directory under which the run directory is made")
+                   ] = Path("runs"),
+    resume: Annotated[Path | None, typer.Option(help="continue the run in this directory")
+                      ] = None,
+    quiet: Annotated[bool, typer.Option(help="no progress bar")] = False,
+) -> None:
+    """Run a federated experiment and write its run directory (summary.json, metrics.jsonl)."""
+    from graphfed.config import load_config
+    from graphfed.launch import resume as resume_run
+    from graphfed.launch import run as launch_run
+    from graphfed.runtime.base import RoundFailed
+
+    try:
+        if resume is not None:
+            if args:
+                fail("--resume takes no config or overrides: the run's own config is used")
+            run_dir, summary = resume_run(resume, progress=not quiet)
+        else:
+            config_path, overrides = split_args(args or [])
+            config = load_config(config_path, overrides)
+            run_dir, summary = launch_run(config, out, progress=not quiet)
+    except GraphfedError as e:
+        fail(str(e))
+    except RoundFailed as e:
+        errors.print(f"[bold red]run stopped:[/] {e}; resume with --resume RUN_DIR once fixed",
+                     highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    print_final(summary)
+    console.print(f"run directory: [bold]{run_dir}[/]")

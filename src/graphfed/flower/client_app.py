@@ -1,0 +1,161 @@
+"""The ClientApp: a graphfed ``Client`` run unchanged inside Flower.
+
+A node finds its data in its node config: ``data-path`` (a file from ``graphfed partition
+export``, on a real SuperNode) or ``partition-id`` (Flower's simulation engine, which loads the
+run's cached partition). The client's persistent state (``ClientContext.state``) is serialised
+into the node's Flower context state after every call, so it survives between rounds whether or
+not the ClientApp process does.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from typing import Any
+
+import torch
+from flwr.app import ConfigRecord, Context, Error, RecordDict
+from flwr.app import Message as FlowerMessage
+from flwr.clientapp import ClientApp
+
+from graphfed.build import (
+    build_algorithm,
+    client_context,
+    federated_data,
+    prepare_global_test,
+    resolve_device,
+)
+from graphfed.config import ExperimentConfig, build_config
+from graphfed.flower.owner import OwnerData, load_owner
+from graphfed.protocol import Client, ClientContext
+from graphfed.runtime import records
+from graphfed.runtime.base import answer_on_client, seeded_call
+
+log = logging.getLogger("graphfed.runtime.flower")
+STATE = "graphfed-state"
+ERROR_CODE = 1
+
+
+@dataclass
+class Node:
+    """A node's client for one run and seed: its algorithm side and its context, whose cache
+    lives as long as this process (the state comes from the node's Flower context per call)."""
+
+    client: Client
+    context: ClientContext
+
+
+@lru_cache(maxsize=4)
+def _owner_file(path: str) -> OwnerData:
+    return load_owner(path)
+
+
+def _source(context: Context) -> str:
+    """Where this node's data comes from: its own exported file, or a simulated partition."""
+    node_config = context.node_config
+    if "data-path" in node_config:
+        return f"file:{node_config['data-path']}"
+    return f"partition:{int(node_config['partition-id'])}"
+
+
+def _owner_data(source: str, config: ExperimentConfig, seed: int) -> OwnerData:
+    kind, where = source.split(":", 1)
+    if kind == "file":
+        return _owner_file(where)
+    data = federated_data(config, seed)
+    client_id = int(where)
+    return OwnerData(client_id, data.num_clients, data.level, data.num_features,
+                     data.num_classes, data.clients[client_id], data.global_test)
+
+
+@lru_cache(maxsize=8)
+def _config(text: str) -> ExperimentConfig:
+    return build_config(json.loads(text))
+
+
+@lru_cache(maxsize=4)
+def _node(config_text: str, seed: int, source: str) -> Node:
+    """Built once per process, run and seed (a pure function of them, so caching is safe)."""
+    config = _config(config_text)
+    owner = _owner_data(source, config, seed)
+    algorithm, trainer, setup = build_algorithm(config, seed, owner.level, owner.num_features,
+                                                owner.num_classes, owner.num_clients,
+                                                resolve_device(config.device))
+    global_test = (prepare_global_test(config, trainer, owner.global_test)
+                   if config.client_global_eval else None)
+    return Node(algorithm.client(setup),
+                client_context(config, trainer, owner.client_id, owner.data, global_test))
+
+
+def _load_state(context: Context, seed: int) -> dict[str, Any]:
+    record = context.state.config_records.get(STATE)
+    blob = None if record is None else record.get(f"seed-{seed}")
+    return {} if blob is None else torch.load(io.BytesIO(blob), weights_only=False)
+
+
+def _save_state(context: Context, seed: int, state: dict[str, Any]) -> None:
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    record = context.state.config_records.get(STATE) or ConfigRecord()
+    record[f"seed-{seed}"] = buffer.getvalue()
+    context.state[STATE] = record
+
+
+def _answer(phase: str, message: FlowerMessage, context: Context) -> RecordDict:
+    control = records.control(message.content)
+    config_text, seed, rnd = str(control["config"]), int(control["seed"]), int(control["round"])
+    node = _node(config_text, seed, _source(context))
+    ctx = replace(node.context, state=_load_state(context, seed))
+    request = records.decode(message.content)
+    with seeded_call(seed, rnd, ctx.client_id, phase):
+        if phase == "evaluate":
+            metrics = answer_on_client(node.client.evaluate, request, ctx)
+            content = records.encode_metrics(metrics)
+        else:
+            answer = node.client.answer_setup if phase == "setup" else node.client.fit
+            content = records.encode(answer_on_client(answer, request, ctx), {})
+    _save_state(context, seed, ctx.state)
+    return content
+
+
+def _reply(phase: str, message: FlowerMessage, context: Context) -> FlowerMessage:
+    """Answer ``message``; a failure becomes an error reply the server logs and drops."""
+    try:
+        return FlowerMessage(_answer(phase, message, context), reply_to=message)
+    except Exception as e:
+        log.exception("graphfed client failed on a %s message", phase)
+        return FlowerMessage(Error(ERROR_CODE, f"{type(e).__name__}: {e}"), reply_to=message)
+
+
+app = ClientApp()
+
+
+@app.query()
+def identify(message: FlowerMessage, context: Context) -> FlowerMessage:
+    """Which graphfed client this node is (the server maps Flower node ids to client ids) and,
+    for an owner's file, which partition it was exported from (the server checks it)."""
+    kind, where = _source(context).split(":", 1)
+    if kind == "partition":
+        answer = {"client": int(where)}
+    else:
+        owner = _owner_file(where)
+        answer = {"client": owner.client_id, "partition": owner.partition_id}
+    return FlowerMessage(RecordDict({records.CONTROL: ConfigRecord(answer)}), reply_to=message)
+
+
+@app.train("setup")
+def setup(message: FlowerMessage, context: Context) -> FlowerMessage:
+    return _reply("setup", message, context)
+
+
+@app.train()
+def fit(message: FlowerMessage, context: Context) -> FlowerMessage:
+    return _reply("fit", message, context)
+
+
+@app.evaluate()
+def evaluate(message: FlowerMessage, context: Context) -> FlowerMessage:
+    return _reply("evaluate", message, context)

@@ -1,0 +1,213 @@
+"""``runtime=flower``: a real federation — a SuperLink, one SuperNode per data owner, TLS and
+SuperNode authentication. This module makes the credentials, the Flower commands each party runs,
+and submits a graphfed experiment as a Flower app (it needs flwr only when it runs them).
+
+Credentials are made where they are used and never committed: a CA and the SuperLink's TLS
+certificate for the operator, one ECDSA key pair per owner (the owner keeps the private key; the
+operator registers the public key with the SuperLink, which then refuses any other node).
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from graphfed.errors import GraphfedError
+
+CONNECTION = "graphfed"
+APP_PYPROJECT = """[build-system]
+requires = ["hatchling"]
+build-backend = "hatchling.build"
+
+[project]
+name = "graphfed-run"
+version = "1.0.0"
+description = "A graphfed experiment as a Flower app"
+license = "MIT"
+
+[tool.flwr.app]
+publisher = "graphfed"
+
+[tool.flwr.app.components]
+serverapp = "graphfed.flower.server_app:app"
+clientapp = "graphfed.flower.client_app:app"
+
+[tool.flwr.app.config]
+config = ""
+run-dir = ""
+"""
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """Paths inside a credentials directory made by ``make_credentials``."""
+
+    root: Path
+
+    @property
+    def ca(self) -> Path:
+        return self.root / "ca.crt"
+
+    @property
+    def server_cert(self) -> Path:
+        return self.root / "superlink.crt"
+
+    @property
+    def server_key(self) -> Path:
+        return self.root / "superlink.key"
+
+    def owner_key(self, client: int) -> Path:
+        return self.root / f"owner-{client}.key"
+
+    def owner_public_key(self, client: int) -> Path:
+        return self.root / f"owner-{client}.pub"
+
+
+def _write_secret(path: Path, data: bytes) -> None:
+    path.write_bytes(data)
+    path.chmod(0o600)
+
+
+def make_credentials(root: Path, owners: int, hosts: tuple[str, ...] = ("127.0.0.1", "localhost"),
+                     days: int = 30) -> Credentials:
+    """A CA, the SuperLink's TLS certificate for ``hosts`` and ``owners`` node key pairs."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    creds = Credentials(root)
+    root.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def cert(subject: str, key, issuer: str, signer, extensions) -> x509.Certificate:
+        builder = (x509.CertificateBuilder()
+                   .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+                   .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
+                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                   .not_valid_before(now - datetime.timedelta(minutes=5))
+                   .not_valid_after(now + datetime.timedelta(days=days)))
+        for extension, critical in extensions:
+            builder = builder.add_extension(extension, critical=critical)
+        return builder.sign(signer, hashes.SHA256())
+
+    pem = serialization.Encoding.PEM
+    ca_key = ec.generate_private_key(ec.SECP384R1())
+    ca = cert("graphfed CA", ca_key, "graphfed CA", ca_key,
+              [(x509.BasicConstraints(ca=True, path_length=None), True)])
+    server_key = ec.generate_private_key(ec.SECP384R1())
+    names = [x509.IPAddress(ipaddress.ip_address(h)) if _is_ip(h) else x509.DNSName(h)
+             for h in hosts]
+    server = cert(hosts[0], server_key, "graphfed CA", ca_key,
+                  [(x509.SubjectAlternativeName(names), False),
+                   (x509.BasicConstraints(ca=False, path_length=None), True)])
+    creds.ca.write_bytes(ca.public_bytes(pem))
+    creds.server_cert.write_bytes(server.public_bytes(pem))
+    _write_secret(creds.server_key, server_key.private_bytes(
+        pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    for client in range(owners):
+        key = ec.generate_private_key(ec.SECP384R1())
+        _write_secret(creds.owner_key(client), key.private_bytes(
+            pem, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()))
+        creds.owner_public_key(client).write_bytes(key.public_key().public_bytes(
+            serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH))
+    return creds
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def tool(name: str) -> str:
+    """A Flower executable installed beside this interpreter (so a virtual environment need not
+    be activated), else the bare name for PATH."""
+    path = Path(sys.executable).parent / name
+    return str(path) if path.exists() else name
+
+
+def tool_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """``env`` (default: this process's) with the interpreter's directory first on PATH: the
+    SuperLink starts further Flower executables by name."""
+    env = dict(os.environ if env is None else env)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def superlink_command(creds: Credentials, host: str = "127.0.0.1", port: int = 9093) -> list[str]:
+    """The operator's SuperLink: TLS on, only registered SuperNodes admitted."""
+    return [tool("flower-superlink"), "--ssl-ca-certfile", str(creds.ca),
+            "--ssl-certfile", str(creds.server_cert), "--ssl-keyfile", str(creds.server_key),
+            "--enable-supernode-auth", "--disable-runtime-dependency-installation",
+            "--host", host, "--port", str(port)]
+
+
+def supernode_command(superlink: str, ca: Path, key: Path, data: Path, port: int) -> list[str]:
+    """An owner's SuperNode: its own data file and private key; ``port`` is its local API."""
+    return [tool("flower-supernode"), "--superlink", superlink, "--root-certificates", str(ca),
+            "--auth-supernode-private-key", str(key),
+            "--node-config", f"data-path={json.dumps(str(Path(data).resolve()))}",
+            "--port", str(port)]
+
+
+def flower_home(root: Path, superlink: str, ca: Path | None) -> dict[str, str]:
+    """An environment whose Flower CLI config names ``superlink`` as connection 'graphfed'."""
+    root.mkdir(parents=True, exist_ok=True)
+    lines = ["[superlink]", f'default = "{CONNECTION}"', "", f"[superlink.{CONNECTION}]",
+             f"address = {json.dumps(superlink)}"]
+    lines.append(f"root-certificates = {json.dumps(str(Path(ca).resolve()))}" if ca is not None
+                 else "insecure = true")
+    (root / "config.toml").write_text("\n".join(lines) + "\n")
+    return tool_env({**os.environ, "FLWR_HOME": str(root)})
+
+
+def _flwr(args: list[str], env: dict[str, str], timeout: float | None = None
+          ) -> subprocess.CompletedProcess:
+    try:
+        done = subprocess.run([tool("flwr"), *args], env=env, capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise GraphfedError(f"flwr {args[0]} did not finish within {timeout:.0f}s") from None
+    if done.returncode != 0:
+        raise GraphfedError(f"flwr {args[0]} failed: {(done.stderr or done.stdout).strip()}")
+    return done
+
+
+def register_node(public_key: Path, superlink: str, ca: Path, home: Path) -> None:
+    """Admit the owner holding ``public_key``'s private key (operator side)."""
+    _flwr(["supernode", "register", str(public_key), CONNECTION],
+          flower_home(home, superlink, ca), timeout=60)
+
+
+def submit_run(config, run_dir: Path) -> dict:
+    """Submit the experiment to ``config.flower.superlink`` and wait for it; the summary.
+
+    The ServerApp writes the run directory on the SuperLink's machine: on one machine (or a
+    shared disk) it is ``run_dir`` itself."""
+    options = config.flower
+    app = run_dir / "flower-app"
+    app.mkdir()
+    (app / "pyproject.toml").write_text(APP_PYPROJECT)
+    (run_dir / "run-config.toml").write_text(
+        f"config = {json.dumps(json.dumps(config.to_dict()))}\n"
+        f"run-dir = {json.dumps(str(run_dir.resolve()))}\n")
+    env = flower_home(run_dir / "flwr-home", options.superlink,
+                      Path(options.root_certificates) if options.root_certificates else None)
+    done = _flwr(["run", str(app), CONNECTION, "--run-config",
+                  str(run_dir / "run-config.toml"), "--stream"], env, options.run_timeout)
+    (run_dir / "flower.log").write_text(done.stdout)
+    summary = run_dir / "summary.json"
+    if not summary.is_file():
+        tail = "\n".join(done.stdout.strip().splitlines()[-15:])
+        raise GraphfedError(f"the Flower run ended without a summary in {run_dir} (log: "
+                            f"{run_dir / 'flower.log'}):\n{tail}")
+    return json.loads(summary.read_text())

@@ -1,1 +1,0 @@
-"""Incentive mechanisms shared by the fairness/incentive algorithms (FGFL and its baselines)."""

@@ -1,0 +1,247 @@
+"""The server/client protocol every algorithm implements, and the messages between them.
+
+An algorithm is a pair: a server side, which decides what each client receives and folds the
+replies into its state, and a client side, which given a message, its own data and its own
+persistent state returns a reply. Only ``Message`` objects (named tensors plus scalars) cross the
+boundary, so the same algorithm runs in-process or over a network, and every byte is countable.
+
+The server keeps its state on ``SERVER_DEVICE`` (the CPU, where a network server receives its
+bytes); a client computes on its trainer's device. The runtime moves each message onto the
+receiver's device, so no algorithm has to ask where a tensor it was sent lives.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
+
+import torch
+from pydantic import BaseModel, ConfigDict
+from torch import Tensor
+
+from graphfed.errors import GraphfedError
+from graphfed.tensors import Params, move_tensors
+from graphfed.training import PreparedClient, Trainer, TrainStats
+
+Scalar = int | float | bool
+TensorSpec = dict[str, tuple[tuple[int, ...], torch.dtype]]
+SCALAR_BYTES = 8
+SERVER_DEVICE = torch.device("cpu")
+
+# the reply scalars the shared round logic reads by name
+NUM_SAMPLES = "num_samples"  # training samples behind a client's update (aggregation weight)
+TRAIN_LOSS = "train_loss"  # mean training loss of the client's local epochs (recorded per round)
+
+
+class MessageError(GraphfedError):
+    """A message that fails the boundary check (names, shapes, dtypes, finite values)."""
+
+
+@dataclass
+class Message:
+    """What crosses the client/server boundary: named tensors and named scalars."""
+
+    tensors: dict[str, Tensor] = field(default_factory=dict)
+    scalars: dict[str, Scalar] = field(default_factory=dict)
+
+    @property
+    def nbytes(self) -> int:
+        """Payload bytes: each tensor's ``numel * element_size`` plus 8 bytes per scalar."""
+        return (sum(t.numel() * t.element_size() for t in self.tensors.values())
+                + SCALAR_BYTES * len(self.scalars))
+
+    def spec(self) -> TensorSpec:
+        return spec_of(self.tensors)
+
+    def to(self, device: torch.device | str) -> Message:
+        """A copy with every tensor on ``device``: the receiver shares no tensor with the
+        sender, whatever device either computes on."""
+        return Message(move_tensors(self.tensors, device, copy=True), dict(self.scalars))
+
+
+def spec_of(tensors: dict[str, Tensor]) -> TensorSpec:
+    return {k: (tuple(v.shape), v.dtype) for k, v in tensors.items()}
+
+
+def check_message(message: Message, expected: TensorSpec | None = None,
+                  required_scalars: tuple[str, ...] = (), sender: str = "message") -> None:
+    """Raise MessageError unless ``message`` is well formed and matches ``expected``."""
+    if not isinstance(message, Message):
+        raise MessageError(f"{sender}: expected a Message, got {type(message).__name__}")
+    for name, t in message.tensors.items():
+        if not isinstance(t, Tensor):
+            raise MessageError(f"{sender}: '{name}' is a {type(t).__name__}, not a tensor")
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise MessageError(f"{sender}: '{name}' has NaN or infinite values")
+    for name, v in message.scalars.items():
+        if not isinstance(v, (int, float, bool)) or (isinstance(v, float) and not math.isfinite(v)):
+            raise MessageError(f"{sender}: scalar '{name}' is not a finite number ({v!r})")
+    missing = [s for s in required_scalars if s not in message.scalars]
+    if missing:
+        raise MessageError(f"{sender}: missing scalars {missing}")
+    if expected is None:
+        return
+    got = message.spec()
+    if set(got) != set(expected):
+        extra, absent = sorted(set(got) - set(expected)), sorted(set(expected) - set(got))
+        raise MessageError(f"{sender}: tensor names differ (unexpected {extra}, missing {absent})")
+    for name, (shape, dtype) in expected.items():
+        if not _shape_fits(got[name][0], shape) or got[name][1] != dtype:
+            raise MessageError(f"{sender}: '{name}' is {got[name][0]} {got[name][1]}, "
+                               f"expected {shape} {dtype}")
+
+
+def _shape_fits(got: tuple[int, ...], expected: tuple[int, ...]) -> bool:
+    """``expected`` may hold -1 for a dimension of any size (e.g. a variable number of items)."""
+    return len(got) == len(expected) and all(
+        e in (-1, g) for g, e in zip(got, expected, strict=True))
+
+
+class AlgorithmOptions(BaseModel):
+    """Base of each algorithm's options (its config section, e.g. ``fedprox.mu``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass
+class Setup:
+    """What both sides know before training: the run's shape, not anyone's data."""
+
+    level: str
+    num_clients: int
+    num_classes: int
+    initial_params: Params
+    options: AlgorithmOptions
+    local_epochs: int = 1
+    batch_size: int | None = None
+
+    def on(self, device: torch.device | str) -> Setup:
+        """This setup with the initial model on ``device`` (the server's copy lives on
+        ``SERVER_DEVICE``, each client's on its trainer's device)."""
+        return replace(self, initial_params=move_tensors(self.initial_params, device, copy=True))
+
+
+@dataclass
+class ClientContext:
+    """A client's own view: its id, data on device, persistent state, cache and the trainer.
+
+    ``state`` is what the paper's client remembers between rounds (its model, optimizer moments,
+    a coefficient): it is checkpointed and, on Flower, kept in the node's state. ``cache`` is what
+    can be rebuilt from the client's data and ``state`` (ego-trees, a mended graph, a motif
+    vocabulary): it lives in this process only and is never checkpointed or serialised, so a
+    resumed or restarted client rebuilds it. ``global_test`` is a shared evaluation set handed
+    to every client when a run measures each client's model on it (FedEgo's global F1, FGFL's
+    fairness on the global test set)."""
+
+    client_id: int
+    data: PreparedClient
+    state: dict[str, Any]
+    trainer: Trainer
+    global_test: PreparedClient | None = None
+    cache: dict[str, Any] = field(default_factory=dict)
+
+
+class Server(ABC):
+    """Server side. Its state is the attributes named in ``state_keys``: the default
+    ``state_dict``/``load_state_dict`` checkpoint exactly those, so a subclass declares what it
+    remembers (``state_keys = (*Base.state_keys, "extra")``) instead of writing the pair."""
+
+    state_keys: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, setup: Setup):
+        self.setup = setup
+
+    def configure_setup(self, clients: list[int]) -> dict[int, Message]:
+        """Messages of a one-off exchange before round 1 (e.g. vocabularies, statistics).
+
+        Empty (the default) means the algorithm has no setup phase."""
+        return {}
+
+    def setup_reply_spec(self, client: int) -> tuple[TensorSpec | None, tuple[str, ...]]:
+        return None, ()
+
+    def aggregate_setup(self, replies: dict[int, Message]) -> None:
+        return None
+
+    @abstractmethod
+    def configure_fit(self, rnd: int, clients: list[int]) -> dict[int, Message]:
+        """The message each sampled client receives this round."""
+
+    def reply_spec(self, client: int) -> tuple[TensorSpec | None, tuple[str, ...]]:
+        """Expected tensor spec and required scalars of a client's fit reply."""
+        return None, ()
+
+    def check_reply(self, client: int, message: Message) -> None:
+        """Checks of a fit reply beyond names and shapes (e.g. values that must sum to 1);
+        raise ``MessageError`` and the reply is dropped for the round like a malformed one."""
+        return None
+
+    @abstractmethod
+    def aggregate_fit(self, rnd: int, replies: dict[int, Message]) -> None:
+        """Fold the valid replies (possibly fewer than sampled) into the server state."""
+
+    def configure_evaluate(self, rnd: int, clients: list[int]) -> dict[int, Message]:
+        return {c: Message() for c in clients}
+
+    def global_params(self) -> Params | None:
+        """The global model, if the algorithm has one (evaluated on the global test set)."""
+        return None
+
+    def round_metrics(self) -> dict[str, Any]:
+        """Server-side quantities of the last round worth recording (values, payoffs, ...)."""
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {key: getattr(self, key) for key in self.state_keys}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        missing = [key for key in self.state_keys if key not in state]
+        if missing:
+            raise GraphfedError(f"checkpoint lacks server state {missing}")
+        for key in self.state_keys:
+            setattr(self, key, state[key])
+
+
+class Client(ABC):
+    """Client side. Stateless itself: whatever persists lives in ``ctx.state``."""
+
+    def __init__(self, setup: Setup):
+        self.setup = setup
+        self.options = setup.options
+
+    def answer_setup(self, message: Message, ctx: ClientContext) -> Message:
+        """Answer the server's setup message (only called when the server has a setup phase)."""
+        return Message()
+
+    def local_train(self, params: Params, ctx: ClientContext, extra_loss=None, batch_loss=None):
+        """The run's local epochs on the client's training data, from ``params``."""
+        return ctx.trainer.train(params, ctx.data, self.setup.local_epochs, self.setup.batch_size,
+                                 extra_loss, batch_loss, memory=ctx.state)
+
+    @abstractmethod
+    def fit(self, message: Message, ctx: ClientContext) -> Message:
+        """Local work on the client's own data; returns the reply to the server."""
+
+    @staticmethod
+    def reply(tensors: dict[str, Tensor], ctx: ClientContext, stats: TrainStats | None = None,
+              **scalars: Scalar) -> Message:
+        """A fit reply: ``tensors``, the client's training-sample count, its training loss
+        (when it trained) and any further scalars."""
+        head: dict[str, Scalar] = {NUM_SAMPLES: ctx.data.num_samples("train")}
+        if stats is not None:
+            head[TRAIN_LOSS] = stats.loss
+        return Message(tensors, {**head, **scalars})
+
+    @abstractmethod
+    def evaluate(self, message: Message, ctx: ClientContext) -> dict[str, dict]:
+        """Metrics per split of the model this client would deploy."""
+
+    def evaluate_params(self, params: Params, ctx: ClientContext) -> dict[str, dict]:
+        """``params`` on the client's val/test splits, and on the shared global test set as
+        split ``global`` when the run hands one out."""
+        metrics = ctx.trainer.evaluate(params, ctx.data)
+        if ctx.global_test is not None:
+            metrics["global"] = ctx.trainer.evaluate(params, ctx.global_test, ("test",))["test"]
+        return metrics
