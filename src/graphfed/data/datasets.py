@@ -39,6 +39,7 @@ class DatasetSpec:
     raw_files: tuple[str, ...]
     pyg_name: str | None = None
     degree_features: bool = False
+    max_degree: int | None = None  # one-hot degree cap; None: the dataset's own max degree
 
 
 def _planetoid(name: str) -> DatasetSpec:
@@ -51,10 +52,10 @@ def _npz(name: str, cls: str, root: str, sub: str, pyg_name: str, file: str) -> 
     return DatasetSpec(name, "node", cls, root, f"{sub}/raw", (file,), pyg_name)
 
 
-def _tu(name: str, degree_features: bool = False) -> DatasetSpec:
+def _tu(name: str, degree_features: bool = False, max_degree: int | None = None) -> DatasetSpec:
     files = (f"{name}_A.txt", f"{name}_graph_indicator.txt", f"{name}_graph_labels.txt")
     return DatasetSpec(name, "graph", "TUDataset", "TUDataset", f"{name}/raw", files, name,
-                       degree_features)
+                       degree_features, max_degree)
 
 
 _NODE_SPECS = [
@@ -67,6 +68,8 @@ _NODE_SPECS = [
     _npz("Cora_ML", "CitationFull", "CitationFull", "cora_ml", "Cora_ML", "cora_ml.npz"),
     _npz("CoraFull", "CitationFull", "CitationFull", "cora", "Cora", "cora.npz"),
     _npz("DBLP", "CitationFull", "CitationFull", "dblp", "DBLP", "dblp.npz"),
+    # CitationFull's CiteSeer (4,230 nodes, 602 features), not Planetoid's 3,327-node CiteSeer
+    _npz("CiteSeerFull", "CitationFull", "CitationFull", "citeseer", "CiteSeer", "citeseer.npz"),
     _npz("Coauthor-CS", "Coauthor", "Coauthor", "CS", "CS", "ms_academic_cs.npz"),
     _npz("Coauthor-Physics", "Coauthor", "Coauthor", "Physics", "Physics",
          "ms_academic_phy.npz"),
@@ -78,7 +81,15 @@ _GRAPH_SPECS = [
     _tu(n)
     for n in ("PROTEINS", "NCI1", "DD", "MUTAG", "ENZYMES", "PTC_MR", "AIDS", "BZR", "COX2",
               "DHFR", "Letter-low", "Letter-med", "Letter-high")
-] + [_tu("IMDB-BINARY", degree_features=True), _tu("IMDB-MULTI", degree_features=True)]
+] + [
+    _tu("IMDB-BINARY", degree_features=True),
+    _tu("IMDB-MULTI", degree_features=True),
+    # Degrees reach 3,062: the generic OneHotDegree(max degree) of the GCFL/FedStar/GPFL code
+    # (none of which featurises REDDIT-BINARY itself) would take 10.5 GB. Capped at 135, the width
+    # that code gives IMDB-BINARY, so both social datasets fit one input layer; about 0.1 % of the
+    # nodes have a larger degree and share the last column.
+    _tu("REDDIT-BINARY", degree_features=True, max_degree=135),
+]
 
 SPECS: dict[str, DatasetSpec] = {s.name: s for s in _NODE_SPECS + _GRAPH_SPECS}
 SYNTHETIC = ("csbm",)
@@ -103,7 +114,7 @@ class GraphDataset:
 
 
 def _key(name: str) -> str:
-    return name.lower().replace("_", "-")
+    return name.lower().replace("_", "").replace("-", "")
 
 
 def canonical_name(name: str) -> str:
@@ -183,15 +194,25 @@ def _load_pyg(spec: DatasetSpec):
         return cls(*args)
 
 
-def _one_hot_degree(graphs: list[Data]) -> list[Data]:
-    """Featureless graphs (IMDB-*) get one-hot node degrees, capped at the dataset's max degree."""
+def _one_hot_degree(graphs: list[Data], cap: int | None = None) -> list[Data]:
+    """Featureless graphs (IMDB-*, REDDIT-BINARY) get one-hot node degrees, as the GCFL, FedStar
+    and GPFL code does with PyG's ``OneHotDegree``. Without a cap there is one column per degree up
+    to the dataset's max degree; with one there are ``cap + 1`` columns and larger degrees fall into
+    the last (GPFL clips the degrees of its random graphs the same way), so the width, and the
+    memory, stay bounded on graphs with hubs."""
     from torch_geometric.utils import degree
 
     degrees = [degree(g.edge_index[0], g.num_nodes, dtype=torch.long) for g in graphs]
-    max_degree = int(max(int(d.max()) if d.numel() else 0 for d in degrees))
+    if cap is None:
+        max_degree = int(max(int(d.max()) if d.numel() else 0 for d in degrees))
+    else:
+        max_degree = cap
+        degrees = [d.clamp(max=cap) for d in degrees]
     out = []
     for g, d in zip(graphs, degrees, strict=True):
-        x = torch.nn.functional.one_hot(d, max_degree + 1).float()
+        # set the ones in a float matrix: F.one_hot would first build an int64 copy twice the size
+        x = torch.zeros(g.num_nodes, max_degree + 1)
+        x[torch.arange(g.num_nodes), d] = 1.0
         out.append(Data(x=x, edge_index=g.edge_index, y=g.y, num_nodes=g.num_nodes))
     return out
 
@@ -215,6 +236,6 @@ def load_dataset(name: str, options: dict | None = None) -> GraphDataset:
     graphs = [Data(x=g.x, edge_index=g.edge_index, y=g.y.view(-1), num_nodes=g.num_nodes)
               for g in dataset]
     if spec.degree_features or graphs[0].x is None:
-        graphs = _one_hot_degree(graphs)
+        graphs = _one_hot_degree(graphs, spec.max_degree)
     num_classes = int(torch.cat([g.y for g in graphs]).max()) + 1
     return GraphDataset(canonical, "graph", graphs[0].num_features, num_classes, graphs=graphs)
