@@ -23,8 +23,10 @@ demo: setup
 test: setup
 	$(VENV)/bin/python -m pytest
 
+# ruff, and the import contracts of pyproject.toml (the layers; a new import cycle fails)
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/lint-imports
 
 bench: setup
 	$(VENV)/bin/python benchmarks/round_time.py

@@ -126,25 +126,113 @@ def test_fedego_presets_carry_the_papers_tables():
 
 
 @require("Cora")
-def test_tiny_fedego_reproduction_reports_max_and_final_f1_and_upload_mib(tmp_path, monkeypatch):
+def test_tiny_fedego_reproduction_reports_each_selector_and_upload_mib(tmp_path, monkeypatch):
+    import json
+
     preset = get_preset("fedego-batch")
     monkeypatch.setattr(preset, "base", [*preset.base, "model.hidden=16", "local_epochs=1",
                                          "partition.test_num=50"])
-    out, rows, skipped = reproduce("fedego-batch", methods=["fedego[b=32]"], datasets=["Cora"],
-                                   seeds=1, out=tmp_path / "e", progress=False,
-                                   overrides=("rounds=3", "eval_every=1"))
-    assert "with rounds=3 eval_every=1" in (out / "table.md").read_text().splitlines()[0]
-    assert len((out / "runs" / "fedego[b=32]-Cora" / "seed-0" / "metrics.jsonl")
-               .read_text().splitlines()) == 3
-    cells = {r["metric"]: r["ours_mean"] for r in rows}
-    assert not skipped and set(cells) >= {"local_f1", "global_f1", "local_f1_final",
-                                          "global_f1_final", "ego_mib", "param_mib", "minutes"}
-    assert cells["local_f1"] >= cells["local_f1_final"] and cells["global_f1"] >= cells[
-        "global_f1_final"]
-    assert cells["ego_mib"] > 0 and cells["param_mib"] > 0
+
+    def run(select=None):
+        return reproduce("fedego-batch", methods=["fedego[b=32]"], datasets=["Cora"], seeds=1,
+                         out=tmp_path / "e", progress=False, selector=select,
+                         overrides=("rounds=3", "eval_every=1"))
+
+    out, rows, skipped = run()
+    title = (out / "table.md").read_text().splitlines()[0]
+    assert "with rounds=3 eval_every=1" in title and "select max" in title
+    assert "test-selected" in title  # FedEgo's own reporting, labelled as what it is
+    metrics = out / "runs" / "fedego[b=32]-Cora" / "seed-0" / "metrics.jsonl"
+    lines = [json.loads(x) for x in metrics.read_text().splitlines()]
+    assert len(lines) == 3
+    best = {r["metric"]: r["ours_mean"] for r in rows}
+    assert not skipped and set(best) >= {"local_f1", "global_f1", "ego_mib", "param_mib",
+                                         "minutes"}
+    assert best["local_f1"] == max(line["test_acc"] for line in lines)
+    assert best["ego_mib"] > 0 and best["param_mib"] > 0
     assert (out / "f1_curves.png").stat().st_size > 0
     with (out / "table.csv").open() as f:
-        assert tuple(next(csv.DictReader(f))) == COLUMNS
+        table = list(csv.DictReader(f))
+    assert tuple(table[0]) == COLUMNS
+    assert {r["metric"]: r["select"] for r in table}["local_f1"] == "max"
+    assert {r["metric"]: r["select"] for r in table}["ego_mib"] == "run"
+
+    # the finished cell is reported under another rule without training again
+    _, rows, _ = run("final")
+    assert metrics.read_text().count("\n") == 3
+    final = {r["metric"]: r["ours_mean"] for r in rows}
+    assert final["local_f1"] == lines[-1]["test_acc"] <= best["local_f1"]
+    assert "select final" in (out / "table.md").read_text().splitlines()[0]
+    _, rows, _ = run("min_val_loss")
+    chosen = min(lines, key=lambda line: line["val_loss_pooled"])
+    honest = {r["metric"]: r["ours_mean"] for r in rows}
+    assert (honest["local_f1"], honest["global_f1"]) == (
+        chosen["test_acc"], chosen["client_global_test_acc"])
+
+
+def _round(rnd: int, **values) -> dict:
+    return {"round": rnd, "clients": [{"client": 0, "test_acc": values.get("test_acc", 0.0)}],
+            **values}
+
+
+def test_each_selector_picks_its_round_among_the_evaluated_ones():
+    from graphfed.reproduce.selection import evaluated, selected_round
+
+    lines = [{"round": 0}, {"round": 1}]  # a setup line and an unevaluated round
+    lines.append(_round(2, test_acc=0.9, global_test_acc=0.1, val_loss_pooled=0.8))
+    for rnd in range(3, 14):  # eleven more evaluated rounds: round 2 falls out of the last 10
+        lines.append(_round(rnd, test_acc=0.5 + rnd / 100, global_test_acc=0.2,
+                            val_loss_pooled=1.0))
+        lines.append({"round": rnd * 100})  # rounds between evaluations are not candidates
+    lines[lines.index(next(x for x in lines if x["round"] == 5))] = _round(
+        5, test_acc=0.51, global_test_acc=0.7, val_loss_pooled=0.3)
+    lines[lines.index(next(x for x in lines if x["round"] == 9))] = _round(
+        9, test_acc=0.52, global_test_acc=0.4, val_loss_pooled=0.3)  # a tie: the earlier wins
+    rounds = evaluated(lines)
+    assert len(rounds) == 12
+
+    def picked(rule, key="test_acc"):
+        return selected_round(rule, rounds, key)["round"]
+
+    assert picked("final") == picked("final", "global_test_acc") == 13
+    assert picked("max") == 2 and picked("max", "global_test_acc") == 5
+    assert picked("best_last_10") == 13 and picked("best_last_10", "global_test_acc") == 5
+    # the honest rule: one round, whichever metric is asked for
+    assert picked("min_val_loss") == picked("min_val_loss", "global_test_acc") == 5
+    with pytest.raises(GraphfedError, match="validation"):
+        selected_round("min_val_loss", [_round(1, test_acc=0.5)], "test_acc")
+
+
+def test_an_unknown_selector_is_refused_before_any_training(tmp_path):
+    result = CliRunner().invoke(app, ["reproduce", "fgfl-ablation", "--select", "best",
+                                      "--out", str(tmp_path / "x")])
+    assert result.exit_code == 2 and "min_val_loss" in result.output
+    assert not (tmp_path / "x").exists()
+
+
+def test_every_paper_table_loads_with_the_table_schema():
+    from importlib.resources import files
+
+    from graphfed.reproduce.preset import PAPER_COLUMNS, REGISTRY, paper_numbers
+
+    root = files("graphfed.reproduce") / "tables"
+    names = {(paper.name, t.name.removesuffix(".csv")) for paper in root.iterdir()
+             for t in paper.iterdir()}
+    assert len(names) == 10
+    for paper, table in names:
+        with (root / paper / f"{table}.csv").open(encoding="utf-8") as f:
+            assert tuple(next(csv.reader(f))) == PAPER_COLUMNS
+        assert all(paper_numbers(paper, table).values())
+    assert paper_numbers("fgfl", "table4")[("fgfl-no-reward", "PROTEINS",
+                                            "gradient_fairness")] == "0.710±0.146"
+    assert paper_numbers("fedego", "table13")[("fedego-server", "Cora", "local_f1")] == ".9535"
+    assert paper_numbers("fedego", "table9")[("fedavg", "CiteSeer", "param_mib")] == "11250"
+    get_preset("fgfl-table2")
+    for preset in REGISTRY.values():  # every number belongs to a row the preset can produce
+        methods = {v.method for v in preset.variants}
+        for method, dataset, metric in preset.paper:
+            assert method in methods and dataset in preset.datasets, (preset.name, method)
+            assert metric in preset.metrics, (preset.name, metric)
 
 
 def test_a_bad_override_is_refused_before_any_training(tmp_path):

@@ -57,6 +57,9 @@ class ExperimentConfig(BaseModel):
     seeds: list[int] | None = Field(None, description="run every seed; summary gives mean/std")
     device: Literal["auto", "cpu", "cuda"] = "auto"
     eval_every: int = Field(1, ge=1)
+    eval_train_split: bool = Field(
+        False, description="also evaluate the model each client deploys on its training split "
+        "(train_loss_deployed per client in metrics.jsonl); one more pass per evaluation")
     client_global_eval: bool = Field(
         False, description="also evaluate every client's model on the global test set")
     checkpoint_every: int = Field(10, ge=0, description="0: never")

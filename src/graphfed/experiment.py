@@ -29,7 +29,8 @@ from graphfed.build import (
 )
 from graphfed.config import ConfigError, ExperimentConfig, build_config
 from graphfed.data.federated import FederatedData
-from graphfed.metrics import client_summary, mean_std
+from graphfed.evaluation import client_record, summarise
+from graphfed.metrics import mean_std
 from graphfed.progress import RoundProgress
 from graphfed.protocol import SERVER_DEVICE, Server
 from graphfed.runtime.base import Runtime
@@ -39,7 +40,9 @@ from graphfed.training import PreparedClient, Trainer
 
 FINAL_KEYS = ("test_acc", "test_acc_std", "test_macro_f1", "test_loss", "val_acc",
               "global_test_acc", "global_test_macro_f1", "client_global_test_acc",
-              "test_acc_var", "test_acc_entropy", "test_loss_var", "test_loss_entropy")
+              "test_acc_var", "test_acc_entropy", "test_loss_var", "test_loss_entropy",
+              "test_acc_pooled", "test_minority_acc", "test_minority_acc_pooled", "val_loss",
+              "val_acc_pooled", "val_loss_pooled")
 
 
 @dataclass
@@ -78,27 +81,8 @@ class Federation:
     def evaluate(self, rnd: int) -> dict:
         start = time.perf_counter()
         results = self.runtime.evaluate_round(rnd)
-        per_client = []
-        for client in sorted(results):
-            metrics = results[client]
-            entry = {"client": client}
-            for split in ("val", "test", "global"):
-                if split in metrics:
-                    for key in ("acc", "loss", "macro_f1"):
-                        entry[f"{split}_{key}"] = metrics[split][key]
-            per_client.append(entry)
-        out: dict = {}
-        with_test = [c for c in per_client if "test_acc" in c]
-        if with_test:
-            out.update(client_summary(with_test, "test_acc"))
-            out.update(client_summary(with_test, "test_loss"))
-            out["test_macro_f1"] = mean_std([c["test_macro_f1"] for c in with_test])[0]
-        with_global = [c for c in per_client if "global_acc" in c]
-        if with_global:
-            out["client_global_test_acc"] = mean_std([c["global_acc"] for c in with_global])[0]
-        with_val = [c for c in per_client if "val_acc" in c]
-        if with_val:
-            out["val_acc"] = mean_std([c["val_acc"] for c in with_val])[0]
+        per_client = [client_record(client, results[client]) for client in sorted(results)]
+        out = summarise(per_client)
         params = self.runtime.server.global_params()
         if params is not None and self.global_test is not None:
             on_device = move_tensors(params, self.trainer.device)  # the server's are on the CPU

@@ -10,9 +10,14 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
-def classification_metrics(logits: Tensor, target: Tensor, num_classes: int) -> dict[str, float]:
+def classification_metrics(logits: Tensor, target: Tensor, num_classes: int,
+                           majority: int | None = None) -> dict[str, float]:
     """Accuracy, mean cross-entropy, micro-F1 and macro-F1 (over classes present in the targets
-    or the predictions, as scikit-learn averages) and the sample count ``n``."""
+    or the predictions, as scikit-learn averages) and the sample count ``n``.
+
+    With a ``majority`` class (the client's training majority) also ``minority_n``, the samples
+    of any other class, and ``minority_acc``, the accuracy on them (absent when there are none:
+    no number is better than a made-up 0 or 1)."""
     pred = logits.argmax(1)
     n = len(target)
     confusion = torch.bincount(target * num_classes + pred, minlength=num_classes ** 2)
@@ -23,13 +28,27 @@ def classification_metrics(logits: Tensor, target: Tensor, num_classes: int) -> 
     present = (confusion.sum(0) + confusion.sum(1)) > 0
     f1 = torch.where(present, 2 * tp / (2 * tp + fp + fn).clamp_min(1), torch.zeros_like(tp))
     acc = float(tp.sum() / max(n, 1))
-    return {
+    out = {
         "acc": acc,
         "loss": float(F.cross_entropy(logits, target)) if n else float("nan"),
         "micro_f1": acc,  # single-label multi-class: micro-F1 equals accuracy
         "macro_f1": float(f1[present].mean()) if present.any() else 0.0,
         "n": n,
     }
+    if majority is not None:
+        minority_n = int(confusion.sum() - confusion[majority].sum())
+        out["minority_n"] = minority_n
+        if minority_n:
+            out["minority_acc"] = float((tp.sum() - tp[majority]) / minority_n)
+    return out
+
+
+def majority_class(labels: Tensor, num_classes: int) -> int | None:
+    """The most frequent label, the smallest on a tie; None without labels."""
+    if not len(labels):
+        return None
+    counts = torch.bincount(labels, minlength=num_classes)
+    return int(torch.nonzero(counts == counts.max())[0])
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:

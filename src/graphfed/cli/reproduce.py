@@ -29,11 +29,14 @@ def reproduce(
     set_: Annotated[list[str] | None, typer.Option(
         "--set", help="KEY=VALUE config override for every cell, after the preset's (e.g. "
         "rounds=100); repeatable, named in the table's title")] = None,
+    select: Annotated[str | None, typer.Option(help="round each seed reports: final, max, "
+        "best_last_10 or min_val_loss (default: the preset's)")] = None,
 ) -> None:
     """Reproduce a paper's table: run every cell, write table.csv/table.md beside the paper's."""
     from graphfed.reproduce.preset import REGISTRY
     from graphfed.reproduce.runner import format_ours, get_preset
     from graphfed.reproduce.runner import reproduce as run_preset
+    from graphfed.reproduce.selection import tag
 
     if list_presets or name is None:
         get_preset("fgfl-table2")  # registers the built-in presets
@@ -45,15 +48,15 @@ def reproduce(
     try:
         out_dir, rows, skipped = run_preset(name, split(methods), split(datasets), seeds, quick,
                                             out, progress=not quiet, fairness_on=fairness_on,
-                                            overrides=tuple(set_ or ()))
+                                            overrides=tuple(set_ or ()), selector=select)
     except GraphfedError as e:
         fail(str(e))
     table = Table(title=f"{name}: ours (mean ± std) beside the paper")
-    for col in ("method", "dataset", "metric", "ours", "paper"):
+    for col in ("method", "dataset", "metric", "ours", "paper", "select"):
         table.add_column(col)
     for r in rows:
         table.add_row(escape(r["method"]), r["dataset"], r["metric"], format_ours(r),
-                      r["paper"] or "")
+                      r["paper"] or "", tag(r["select"]))
     console.print(table)
     for reason in skipped:
         errors.print(f"[yellow]skipped[/] {reason}", highlight=False)

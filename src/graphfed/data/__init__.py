@@ -1,25 +1,24 @@
-"""Data layer: real datasets by name, federated simulations, partition artifacts."""
+"""Data layer: real datasets by name, federated simulations, partition artifacts.
 
-from graphfed.data.datasets import GraphDataset, available, load_dataset
-from graphfed.data.federated import (
-    FederatedData,
-    GraphClient,
-    NodeClient,
-    build_partition,
-    load_or_build_partition,
-    materialize,
-)
-from graphfed.data.partition import parse_partition
+The names below load on first use (PEP 562), so listing the datasets (``graphfed datasets``)
+does not import torch or PyG.
+"""
 
-__all__ = [
-    "FederatedData",
-    "GraphClient",
-    "GraphDataset",
-    "NodeClient",
-    "available",
-    "build_partition",
-    "load_dataset",
-    "load_or_build_partition",
-    "materialize",
-    "parse_partition",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_HOME = {
+    "GraphDataset": "datasets", "available": "datasets", "load_dataset": "datasets",
+    "FederatedData": "federated", "GraphClient": "federated", "NodeClient": "federated",
+    "build_partition": "federated", "load_or_build_partition": "federated",
+    "materialize": "federated", "parse_partition": "partition",
+}
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module 'graphfed.data' has no attribute '{name}'")
+    return getattr(importlib.import_module(f"graphfed.data.{_HOME[name]}"), name)

@@ -11,14 +11,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import torch
-import torch_geometric
 from filelock import FileLock
-from torch_geometric.data import Data
 
 from graphfed.errors import GraphfedError
+
+if TYPE_CHECKING:
+    from torch_geometric.data import Data
 
 Level = Literal["node", "graph"]
 
@@ -171,6 +171,8 @@ def _pyg_root(spec: DatasetSpec) -> Path:
             f"dataset '{spec.name}' is not present under GRAPHFED_DATA={root} "
             f"(missing {', '.join(missing)}); present: {', '.join(present) or 'none'}"
         )
+    import torch_geometric  # torch and PyG load only when data does: listing stays instant
+
     work = cache_dir() / f"pyg-{torch_geometric.__version__}" / spec.class_root
     link = work / spec.raw_subdir
     if not link.exists():
@@ -200,6 +202,8 @@ def _one_hot_degree(graphs: list[Data], cap: int | None = None) -> list[Data]:
     to the dataset's max degree; with one there are ``cap + 1`` columns and larger degrees fall into
     the last (GPFL clips the degrees of its random graphs the same way), so the width, and the
     memory, stay bounded on graphs with hubs."""
+    import torch
+    from torch_geometric.data import Data
     from torch_geometric.utils import degree
 
     degrees = [degree(g.edge_index[0], g.num_nodes, dtype=torch.long) for g in graphs]
@@ -219,6 +223,9 @@ def _one_hot_degree(graphs: list[Data], cap: int | None = None) -> list[Data]:
 
 def load_dataset(name: str, options: dict | None = None) -> GraphDataset:
     """Load a dataset by name (case-insensitive). ``options`` configure synthetic datasets."""
+    import torch
+    from torch_geometric.data import Data
+
     canonical = canonical_name(name)
     if canonical == "csbm":
         from graphfed.data.synthetic import CSBMOptions, contextual_sbm

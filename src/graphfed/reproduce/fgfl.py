@@ -1,7 +1,8 @@
 """FGFL's tables and figures (Pan et al., AAAI 2024): Table 2, Table 4 (ablation), the payoff
 histogram of the perturbed setting (Fig. 3b) and the beta trade-off (Fig. 3a).
 
-Paper numbers are those printed in the paper (spec ``shared/specs/fgfl.md`` sections 4-5)."""
+Paper numbers are those printed in the paper (spec ``shared/specs/fgfl.md`` sections 4-5), in
+``tables/fgfl/table2.csv`` and ``table4.csv``; a method or dataset without a number has no row."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 from graphfed.data.partition.graph import quality_tier_flips
 from graphfed.reproduce.figures import grouped_bars, tradeoff_scatter
-from graphfed.reproduce.preset import Preset, Variant, register
+from graphfed.reproduce.preset import Preset, Variant, paper_numbers, register
 
 TRAINING = ["model=gin", "model.hidden=64", "model.layers=3", "model.dropout=0.5",
             "model.pooling=add", "num_clients=10", "rounds=200", "local_epochs=1",
@@ -30,43 +31,6 @@ METHODS = [Variant("self-train", "local"), Variant("fedavg", "fedavg"),
            Variant("dw", "dw"), Variant("eu", "eu"), Variant("cffl", "cffl"),
            Variant("cgsv", "cgsv"), Variant("fgfl", "fgfl")]
 
-# Table 2: MGF, global and personalised accuracy on PROTEINS, DD, IMDB-BINARY ("–": no number)
-_TABLE2 = {
-    "self-train": "– – 0.712±0.011 – – 0.587±0.016 – – 0.779±0.018",
-    "fedavg": "0.700±0.153 0.748±0.006 0.750±0.007 0.259±0.209 0.668±0.032 0.657±0.029 "
-              "0.780±0.143 0.779±0.007 0.782±0.018",
-    "fedprox": "0.717±0.173 0.731±0.017 0.746±0.007 0.283±0.186 0.633±0.025 0.672±0.020 "
-               "0.842±0.093 0.775±0.018 0.756±0.017",
-    "fedsage": "0.770±0.048 0.740±0.024 0.741±0.025 0.360±0.159 0.671±0.021 0.663±0.023 "
-               "0.870±0.086 0.763±0.004 0.768±0.003",
-    "gcfl": "0.725±0.185 – 0.772±0.019 0.439±0.094 – 0.698±0.013 0.874±0.040 – 0.830±0.009",
-    "gcfl+": "0.734±0.146 – 0.775±0.019 0.379±0.190 – 0.692±0.013 0.825±0.094 – 0.819±0.007",
-    "fedstar": "0.763±0.043 – 0.717±0.138 0.335±0.034 – 0.665±0.109 0.795±0.071 – 0.776±0.086",
-    "dw": "0.702±0.014 0.723±0.014 0.730±0.014 0.305±0.326 0.672±0.031 0.669±0.033 "
-          "0.723±0.089 0.751±0.011 0.762±0.009",
-    "eu": "0.733±0.016 0.725±0.048 0.715±0.141 0.381±0.081 0.668±0.010 0.658±0.382 "
-          "0.747±0.010 0.755±0.023 0.759±0.069",
-    "cffl": "0.690±0.117 0.735±0.037 0.713±0.103 0.402±0.141 0.658±0.053 0.658±0.112 "
-            "0.795±0.100 0.741±0.037 0.752±0.034",
-    "cgsv": "0.750±0.040 0.745±0.022 0.737±0.025 0.384±0.123 0.682±0.011 0.659±0.013 "
-            "0.796±0.085 0.781±0.014 0.778±0.019",
-    "fgfl": "0.787±0.052 0.753±0.018 0.751±0.017 0.479±0.067 0.692±0.017 0.680±0.017 "
-            "0.907±0.018 0.801±0.013 0.794±0.005",
-}
-_METRIC_ORDER = ("gradient_fairness", "global_acc", "personalized_acc")
-
-
-def _paper_table(table: dict[str, str], datasets: list[str]) -> dict[tuple[str, str, str], str]:
-    out = {}
-    for method, text in table.items():
-        cells = text.split()
-        for i, value in enumerate(cells):
-            if value != "–":
-                dataset = datasets[i // len(_METRIC_ORDER)]
-                out[(method, dataset, _METRIC_ORDER[i % len(_METRIC_ORDER)])] = value
-    return out
-
-
 # GCFL's own per-dataset thresholds (its runnerfile): eps1 / eps2 / sequence length (DD: the
 # one-dataset defaults). GCFL's clients keep their Adam state across rounds, and its split rule
 # needs that: a fresh Adam's single step moves every weight by ~lr, so the cluster's mean update
@@ -83,7 +47,7 @@ TABLE2 = register(Preset(
     description="FGFL Table 2: 12 methods on PROTEINS, DD, IMDB-BINARY",
     variants=METHODS, datasets=DATASETS,
     metrics=("personalized_acc", "global_acc", "gradient_fairness"),
-    base=PROTOCOL, quick=QUICK, paper=_paper_table(_TABLE2, DATASETS),
+    base=PROTOCOL, quick=QUICK, paper=paper_numbers("fgfl", "table2"),
     cell_overrides=GCFL_OVERRIDES,
     notes="Personalised accuracy: mean over agents of each agent's model on its local test "
           "graphs; global accuracy: the global model on the 10% global test graphs (methods "
@@ -99,15 +63,7 @@ TABLE2_CODE_SPLIT = register(replace(
           "graphs (10 %, never trained on) are the global test set. Seeds vary the model and "
           "training only, as the paper's repeats do. " + TABLE2.notes))
 
-# Table 4: ablations on clean PROTEINS (Pers / Glob / MGF)
-_ABLATION = {
-    "fgfl": ("0.751±0.017", "0.753±0.018", "0.787±0.052"),
-    "fgfl-no-alignment": ("0.743±0.017", "0.750±0.019", "0.736±0.145"),
-    "fgfl-no-diversity": ("0.744±0.009", "0.748±0.022", "0.723±0.082"),
-    "fgfl-no-reward": ("0.757±0.014", "0.751±0.014", "0.710±0.146"),
-    "fgfl-no-value-agg": ("0.741±0.042", "0.740±0.024", "0.741±0.121"),
-    "fgfl-no-prototype": ("0.737±0.025", "0.741±0.022", "0.750±0.040"),
-}
+# Table 4: ablations on clean PROTEINS
 _SWITCHES = {
     "fgfl": (), "fgfl-no-alignment": ("fgfl.use_alignment=false",),
     "fgfl-no-diversity": ("fgfl.use_diversity=false",),
@@ -122,10 +78,7 @@ ABLATION = register(Preset(
         Variant(m, "fgfl", s) for m, s in _SWITCHES.items()],
     datasets=["PROTEINS"],
     metrics=("personalized_acc", "global_acc", "gradient_fairness"),
-    base=PROTOCOL, quick=QUICK,
-    paper={(m, "PROTEINS", metric): value for m, values in _ABLATION.items()
-           for metric, value in zip(("personalized_acc", "global_acc", "gradient_fairness"),
-                                    values, strict=True)}))
+    base=PROTOCOL, quick=QUICK, paper=paper_numbers("fgfl", "table4")))
 
 FLIPS, GROUPS = quality_tier_flips(10, seed=0)
 

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import csv
+import io
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from importlib.resources import files
 from pathlib import Path
+
+from graphfed.errors import GraphfedError
+
+# a published table's columns: those of a reproduction's table.csv that the paper fills
+PAPER_COLUMNS = ("method", "dataset", "metric", "paper")
 
 
 @dataclass(frozen=True)
@@ -32,6 +40,7 @@ class Preset:
     dataset_overrides: dict[str, list[str]] = field(default_factory=dict)
     cell_overrides: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # (method, ds)
     paper: dict[tuple[str, str, str], str] = field(default_factory=dict)  # (method, ds, metric)
+    select: str = "final"  # the round each seed's number comes from (reproduce.selection)
     reference: str = "self-train"  # the run fairness is measured against
     groups: dict[str, list[int]] = field(default_factory=dict)  # quality group -> clients
     figures: list[Callable[[list[dict], Path], Path]] = field(default_factory=list)
@@ -44,3 +53,22 @@ REGISTRY: dict[str, Preset] = {}
 def register(preset: Preset) -> Preset:
     REGISTRY[preset.name] = preset
     return preset
+
+
+def paper_numbers(paper: str, *tables: str) -> dict[tuple[str, str, str], str]:
+    """The published numbers of ``tables``, each the package file ``tables/<paper>/<table>.csv``
+    (columns ``PAPER_COLUMNS``), keyed by (method, dataset, metric) and kept as printed."""
+    out: dict[tuple[str, str, str], str] = {}
+    for table in tables:
+        name = f"{paper}/{table}.csv"
+        text = (files("graphfed.reproduce") / "tables" / paper / f"{table}.csv").read_text(
+            encoding="utf-8")
+        reader = csv.DictReader(io.StringIO(text))
+        if tuple(reader.fieldnames or ()) != PAPER_COLUMNS:
+            raise GraphfedError(f"{name}: columns {reader.fieldnames}, expected {PAPER_COLUMNS}")
+        for row in reader:
+            key = (row["method"], row["dataset"], row["metric"])
+            if key in out:
+                raise GraphfedError(f"{name}: {key} has two numbers")
+            out[key] = row["paper"]
+    return out

@@ -2,7 +2,8 @@
 
 Each cell is an ordinary run directory under ``OUT/runs/<method>-<dataset>``; a finished cell with
 the same config is reused and an interrupted one resumed, so a long reproduction can be stopped and
-started again with the same command.
+started again with the same command. A seed's number is read from the evaluated round a selector
+picks (``reproduce.selection``), so finished runs are reported under another rule without training.
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ from graphfed.launch import resume, run
 from graphfed.mechanisms.payoff import PAYOFF_BASELINES
 from graphfed.metrics import mean_std, pearson
 from graphfed.reproduce.preset import REGISTRY, Preset, Variant
+from graphfed.reproduce.selection import SELECTORS, check_selector, evaluated, selected_round
 
-COLUMNS = ("method", "dataset", "metric", "ours_mean", "ours_std", "paper")
+COLUMNS = ("method", "dataset", "metric", "ours_mean", "ours_std", "paper", "select")
+WHOLE_RUN = "run"  # the select value of a number over the whole run (payoffs, bytes, minutes)
 
 
 @dataclass
@@ -107,18 +110,27 @@ def _saved_config(path: Path) -> dict | None:
 
 # ------------------------------------------------------------------ metrics
 
-def _seed_clients(cell: Cell, seed: int) -> list[dict]:
-    return json.loads((cell.run_dir / f"seed-{seed}" / "summary.json").read_text())["clients"]
+# a per-round metric of a table -> the metrics.jsonl key it reports
+ROUND_KEYS = {"personalized_acc": "test_acc", "global_acc": "global_test_acc",
+              "local_f1": "test_acc", "global_f1": "client_global_test_acc"}
 
 
-def fairness_vectors(reference: Cell, cell: Cell, on: str = "local") -> dict[int, dict]:
+def seed_round(cell: Cell, seed: int, key: str, rule: str) -> dict:
+    """The evaluated round of one seed of ``cell`` that ``rule`` reports ``key`` from."""
+    return selected_round(rule, evaluated(seed_lines(cell, seed)), key)
+
+
+def fairness_vectors(reference: Cell, cell: Cell, on: str = "local",
+                     rule: str = "final") -> dict[int, dict]:
     """Per seed: both per-agent accuracy vectors (on each agent's local test set, or on the
-    global test set) and their Pearson correlation."""
-    key = "test_acc" if on == "local" else "global_acc"
+    global test set) and their Pearson correlation; each run's vector is from the round the
+    rule picks for its client-mean accuracy on that test set."""
+    key, mean_key = (("test_acc", "test_acc") if on == "local"
+                     else ("global_acc", "client_global_test_acc"))
     out = {}
     for seed in cell.summary["seeds"]:
-        alone = [c[key] for c in _seed_clients(reference, seed)]
-        together = [c[key] for c in _seed_clients(cell, seed)]
+        alone = [c[key] for c in seed_round(reference, seed, mean_key, rule)["clients"]]
+        together = [c[key] for c in seed_round(cell, seed, mean_key, rule)["clients"]]
         out[seed] = {"self_train": alone, "federated": together,
                      "pearson": pearson(alone, together)}
     return out
@@ -154,57 +166,48 @@ def seed_lines(cell: Cell, seed: int) -> list[dict]:
 
 
 MIB = 2**20
-# FedEgo's reporting: the best client-averaged F1 over evaluated rounds, and the last one
-_SERIES = {"local_f1": "test_acc", "global_f1": "client_global_test_acc"}
 
 
-def series_metric(cell: Cell, seed: int, metric: str) -> float | None:
-    """A per-seed number read from the run's rounds (F1 series, upload MiB, minutes)."""
-    lines = [line for line in seed_lines(cell, seed) if line["round"] > 0]
+def run_metric(cell: Cell, seed: int, metric: str) -> float:
+    """A per-seed number of the whole run: upload MiB or minutes."""
     if metric == "minutes":
         return json.loads((cell.run_dir / f"seed-{seed}" / "summary.json").read_text()
                           )["seconds"] / 60
-    if metric in ("ego_mib", "param_mib"):
-        ego = sum(line.get("server", {}).get("upload_ego_bytes", 0) for line in lines)
-        return (ego if metric == "ego_mib" else sum(x["bytes_up"] for x in lines) - ego) / MIB
-    key = _SERIES[metric.removesuffix("_final")]
-    values = [line[key] for line in lines if key in line]
-    if not values:
-        return None
-    return values[-1] if metric.endswith("_final") else max(values)
+    lines = [line for line in seed_lines(cell, seed) if line["round"] > 0]
+    ego = sum(line.get("server", {}).get("upload_ego_bytes", 0) for line in lines)
+    return (ego if metric == "ego_mib" else sum(x["bytes_up"] for x in lines) - ego) / MIB
 
 
 def cell_rows(preset: Preset, cell: Cell, reference: Cell | None, seeds: list[int],
-              vectors: dict, fairness_on: str = "local") -> list[dict]:
+              vectors: dict, fairness_on: str = "local", rule: str = "final") -> list[dict]:
+    """The cell's table rows; a per-round metric is read, per seed, from the round ``rule``
+    picks."""
     rows = []
     method, dataset = cell.variant.method, cell.dataset
 
-    def add(metric: str, values: list[float] | None) -> None:
+    def add(metric: str, values: list[float] | None, select: str = rule) -> None:
         paper = preset.paper.get((method, dataset, metric), "")
-        if values is None and not paper:
+        if not values and not paper:
             return
         mean, std = mean_std(values) if values else (None, None)
         rows.append({"method": method, "dataset": dataset, "metric": metric,
-                     "ours_mean": mean, "ours_std": std, "paper": paper})
+                     "ours_mean": mean, "ours_std": std, "paper": paper, "select": select})
 
-    over = cell.summary["over_seeds"] if cell.summary else {}
+    ran = cell.summary["seeds"] if cell.summary else []
     for metric in preset.metrics:
-        if metric == "personalized_acc" and "test_acc" in over:
-            add(metric, over["test_acc"]["values"])
-        elif metric == "global_acc":
-            add(metric, over["global_test_acc"]["values"] if "global_test_acc" in over
-                else None)
+        if metric in ROUND_KEYS:
+            key = ROUND_KEYS[metric]
+            values = [seed_round(cell, s, key, rule).get(key) for s in ran]
+            add(metric, None if None in values else values)
         elif metric == "gradient_fairness" and reference is not None and cell is not reference:
-            pairs = fairness_vectors(reference, cell, fairness_on)
+            pairs = fairness_vectors(reference, cell, fairness_on, rule)
             vectors[f"{method}/{dataset}"] = pairs
             add(metric, [p["pearson"] for p in pairs.values()])
-        elif metric.removesuffix("_final") in _SERIES or metric in ("ego_mib", "param_mib",
-                                                                      "minutes"):
-            values = [series_metric(cell, s, metric) for s in cell.summary["seeds"]]
-            add(metric, None if None in values else values)
+        elif metric in ("ego_mib", "param_mib", "minutes"):
+            add(metric, [run_metric(cell, s, metric) for s in ran], WHOLE_RUN)
         elif metric.startswith("payoff_"):
             payoffs = group_payoffs(preset, cell, seeds)
-            add(metric, payoffs[metric.removeprefix("payoff_")])
+            add(metric, payoffs[metric.removeprefix("payoff_")], WHOLE_RUN)
     return rows
 
 
@@ -252,16 +255,18 @@ def write_tables(rows: list[dict], out: Path, title: str, notes: str) -> None:
 def reproduce(name: str, methods: list[str] | None = None, datasets: list[str] | None = None,
               seeds: int | None = None, quick: bool = False, out: Path | None = None,
               progress: bool = True, fairness_on: str = "local",
-              overrides: tuple[str, ...] = ()) -> tuple[Path, list[dict], list[str]]:
+              overrides: tuple[str, ...] = (), selector: str | None = None
+              ) -> tuple[Path, list[dict], list[str]]:
     """Run preset ``name``; returns the output directory, the table rows and what was skipped.
 
     ``fairness_on``: the test set behind model-gradient fairness, each agent's local one
     (the spec's recommendation) or the global one (every agent's model is then also evaluated
-    there)."""
+    there). ``selector``: the rule picking each seed's round (default: the preset's)."""
     if fairness_on not in ("local", "global"):
         raise GraphfedError(f"fairness is measured on 'local' or 'global' test sets, not "
                             f"'{fairness_on}'")
     preset = get_preset(name)
+    rule = check_selector(selector or preset.select)
     variants, wanted = select(preset, methods, datasets)
     count = seeds or (preset.quick_seeds if quick else preset.seeds)
     seed_list = list(range(count))
@@ -285,10 +290,10 @@ def reproduce(name: str, methods: list[str] | None = None, datasets: list[str] |
     for cell in cells:
         reference = next((c for c in cells if c.dataset == cell.dataset
                           and c.variant.method == preset.reference), None)
-        rows.extend(cell_rows(preset, cell, reference, seed_list, vectors, fairness_on))
+        rows.extend(cell_rows(preset, cell, reference, seed_list, vectors, fairness_on, rule))
     changed = f", with {' '.join(overrides)}" if overrides else ""
     scope = f"{count} seed{'s' if count != 1 else ''}{', quick' if quick else ''}{changed}"
-    title = f"{name}: {preset.description} ({scope})"
+    title = f"{name}: {preset.description} ({scope}; select {rule}: {SELECTORS[rule]})"
     write_tables(rows, out, title, preset.notes)
     (out / "vectors.json").write_text(json.dumps(vectors, indent=1))
     for figure in preset.figures:

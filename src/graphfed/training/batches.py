@@ -80,6 +80,9 @@ class PreparedNodeClient:
     def num_samples(self, split: str) -> int:
         return len(self.index[split])
 
+    def labels(self, split: str) -> Tensor:
+        return self.y[self.index[split]]
+
     def batch_of(self, nodes: Tensor) -> NodeBatch:
         """The loss inputs for distinct ``nodes``: the whole graph, or their sampled
         neighbourhood (read through ``self.x``, so a view with other features samples those)."""
@@ -158,6 +161,10 @@ class PreparedGraphClient:
 
     def num_samples(self, split: str) -> int:
         return self.splits[split].num_graphs
+
+    def labels(self, split: str) -> Tensor:
+        graphs = self.splits[split]
+        return graphs.y if graphs.num_graphs else torch.empty(0, dtype=torch.long)
 
     def outputs(self, model: nn.Module, call, splits) -> dict[str, tuple[Tensor, Tensor]]:
         """Logits and targets per split, each split in one batched forward pass."""

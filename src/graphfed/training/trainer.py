@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from graphfed.metrics import classification_metrics
+from graphfed.metrics import classification_metrics, majority_class
 from graphfed.tensors import Params
 from graphfed.training.batches import GraphBatch, PreparedClient, PreparedGraphClient
 
@@ -59,10 +59,12 @@ def _call(model: nn.Module, params: Params) -> Callable:
 class Trainer:
     """Runs local epochs and evaluation of ``model``'s computation under given parameters."""
 
-    def __init__(self, model: nn.Module, optimizer: OptimizerOptions, num_classes: int):
+    def __init__(self, model: nn.Module, optimizer: OptimizerOptions, num_classes: int,
+                 eval_train_split: bool = False):
         self.model = model
         self.optimizer = optimizer
         self.num_classes = num_classes
+        self.eval_train_split = eval_train_split
 
     @property
     def device(self) -> torch.device:
@@ -118,11 +120,23 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self, params: Params, data: PreparedClient,
-                 splits: tuple[str, ...] = ("val", "test")) -> dict[str, dict]:
-        """Per split: accuracy, mean loss, micro/macro F1 and the sample count."""
+                 splits: tuple[str, ...] | None = None) -> dict[str, dict]:
+        """Per split: accuracy, mean loss, micro/macro F1, the sample count, and the accuracy on
+        the samples outside ``data``'s training-majority class (none on a set without training
+        samples, such as the global test set).
+
+        ``splits`` defaults to a client's own evaluation: val and test, plus train with
+        ``eval_train_split``. The train pass (sampled evaluation draws neighbourhoods) runs on a
+        fork of the RNG, so what is evaluated after it draws exactly what it drew without."""
         self.model.eval()
-        outputs = data.outputs(self.model, _call(self.model, params), splits)
-        return {s: classification_metrics(logits, target, self.num_classes)
+        call = _call(self.model, params)
+        outputs = data.outputs(self.model, call, ("val", "test") if splits is None else splits)
+        if splits is None and self.eval_train_split:
+            cuda = [self.device] if self.device.type == "cuda" else []
+            with torch.random.fork_rng(devices=cuda):
+                outputs.update(data.outputs(self.model, call, ("train",)))
+        majority = majority_class(data.labels("train"), self.num_classes)
+        return {s: classification_metrics(logits, target, self.num_classes, majority)
                 for s, (logits, target) in outputs.items()}
 
     def forward(self, params: Params, batch: GraphBatch, **kwargs):

@@ -41,6 +41,9 @@ class EgoView:
     def num_samples(self, split: str) -> int:
         return self.data.num_samples(split)
 
+    def labels(self, split: str) -> Tensor:
+        return self.data.labels(split)
+
     def trees(self, centres: Tensor, targets: Tensor) -> TreeBatch:
         distinct, positions = self.sample(centres).unique(return_inverse=True)
         return TreeBatch(self.data.x[distinct], targets, positions)

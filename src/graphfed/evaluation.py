@@ -1,0 +1,97 @@
+"""Evaluation records: what each client's evaluation becomes in ``metrics.jsonl``, and the
+run-level numbers summarised from those records.
+
+Pure functions over plain dicts, outside the orchestrator, so every definition is in one place
+and can be checked by hand. Per client, for each split ``s`` it evaluated (``val``, ``test``, and
+``global``: the client's model on the shared global test set):
+
+* ``s_acc``, ``s_loss``, ``s_macro_f1``, ``s_count``: accuracy, mean cross-entropy, macro-F1 and
+  the number of samples;
+* ``s_minority_acc``, ``s_minority_count`` (the client's own splits): the same on the samples
+  whose label is not the client's training-majority class (the most frequent training label, the
+  smallest on a tie); the accuracy is absent when the count is 0;
+* ``train_loss_deployed`` (config ``eval_train_split``): the mean loss of the model the client
+  deploys on its own training split.
+
+Run level, for ``s`` in ``val``, ``test``:
+
+* ``s_acc``, ``s_loss`` (and ``test_acc``'s spread): means over the clients, each client counting
+  once whatever its size;
+* ``s_acc_pooled``, ``s_loss_pooled``: sample-weighted over the clients, i.e. all clients'
+  correct samples (summed losses) over all their samples;
+* ``s_minority_acc``: the mean over the clients that have minority samples; a client without any
+  is left out, not counted as 0 or 1; ``s_minority_acc_pooled``: all clients' correct minority
+  samples over all their minority samples.
+"""
+
+from __future__ import annotations
+
+from graphfed.metrics import client_summary, mean_std
+
+OWN_SPLITS = ("val", "test")
+RECORDED = ("acc", "loss", "macro_f1")
+
+
+def client_record(client: int, metrics: dict[str, dict]) -> dict:
+    """One client's entry in ``metrics.jsonl`` from its metrics per split
+    (``Trainer.evaluate``'s output, with ``global`` for the shared global test set)."""
+    record: dict = {"client": client}
+    for split in (*OWN_SPLITS, "global"):
+        if split not in metrics:
+            continue
+        m = metrics[split]
+        record.update({f"{split}_{key}": m[key] for key in RECORDED})
+        record[f"{split}_count"] = m["n"]
+        if "minority_n" in m:
+            record[f"{split}_minority_count"] = m["minority_n"]
+            if "minority_acc" in m:
+                record[f"{split}_minority_acc"] = m["minority_acc"]
+    if "train" in metrics:
+        record["train_loss_deployed"] = metrics["train"]["loss"]
+    return record
+
+
+def client_mean(records: list[dict], key: str) -> float:
+    return mean_std([r[key] for r in records])[0]
+
+
+def pooled(records: list[dict], key: str, count_key: str) -> float:
+    """``key`` weighted by ``count_key`` over ``records`` (each must have both, a positive
+    count in total): for an accuracy, correct samples over samples."""
+    total = sum(r[count_key] for r in records)
+    return sum(r[key] * r[count_key] for r in records) / total
+
+
+def summarise(records: list[dict]) -> dict:
+    """The run-level numbers of one evaluated round from its per-client records."""
+    out: dict = {}
+    test = [r for r in records if "test_acc" in r]
+    if test:
+        out.update(client_summary(test, "test_acc"))
+        out.update(client_summary(test, "test_loss"))
+        out["test_macro_f1"] = client_mean(test, "test_macro_f1")
+    on_global = [r for r in records if "global_acc" in r]
+    if on_global:
+        out["client_global_test_acc"] = client_mean(on_global, "global_acc")
+    val = [r for r in records if "val_acc" in r]
+    if val:
+        out["val_acc"] = client_mean(val, "val_acc")
+        out["val_loss"] = client_mean(val, "val_loss")
+    for split in OWN_SPLITS:
+        out.update(pooled_summary(records, split))
+    return out
+
+
+def pooled_summary(records: list[dict], split: str) -> dict:
+    """Pooled accuracy and loss of ``split``, and its minority accuracy (client mean, pooled)."""
+    out: dict = {}
+    having = [r for r in records if f"{split}_count" in r]
+    if having:
+        for key in ("acc", "loss"):
+            out[f"{split}_{key}_pooled"] = pooled(having, f"{split}_{key}", f"{split}_count")
+    minority = [r for r in records if f"{split}_minority_acc" in r]
+    if minority:
+        key = f"{split}_minority_acc"
+        out[key] = client_mean(minority, key)
+        out[f"{key}_pooled"] = pooled(minority, key, f"{split}_minority_count")
+    return out

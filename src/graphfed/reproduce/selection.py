@@ -1,0 +1,54 @@
+"""Which evaluated round a reported number comes from, by a named rule.
+
+Papers differ in the round they report: the last one, the best one on the test set (a choice
+made on the numbers being reported, so an optimistic one), or the one a validation loss picks.
+A reproduction names its rule, and every table it writes says which. Evaluation may run only
+every ``eval_every`` rounds; the rules see the evaluated rounds only.
+"""
+
+from __future__ import annotations
+
+from graphfed.errors import GraphfedError
+
+SELECTORS = {
+    "final": "the last evaluated round",
+    "max": "each metric at its best evaluated round (test-selected)",
+    "best_last_10": "each metric at its best of the last 10 evaluated rounds (test-selected)",
+    "min_val_loss": "every metric at the evaluated round of lowest pooled validation loss",
+}
+TEST_SELECTED = ("max", "best_last_10")
+LAST = 10
+VAL_LOSS = "val_loss_pooled"
+
+
+def check_selector(rule: str) -> str:
+    if rule not in SELECTORS:
+        raise GraphfedError(f"unknown selector '{rule}'; choose one of: {', '.join(SELECTORS)}")
+    return rule
+
+
+def tag(rule: str) -> str:
+    """The rule's name, marked when it selects on the test set."""
+    return f"{rule} (test-selected)" if rule in TEST_SELECTED else rule
+
+
+def evaluated(lines: list[dict]) -> list[dict]:
+    """The evaluated rounds of a ``metrics.jsonl``: the lines with per-client records."""
+    return [line for line in lines if "clients" in line]
+
+
+def selected_round(rule: str, rounds: list[dict], key: str) -> dict:
+    """The evaluated round (a line of ``metrics.jsonl``) the rule reports ``key`` from; on a tie
+    the earliest. ``min_val_loss`` picks one round whatever the key, so all of a seed's numbers
+    come from the same model."""
+    if rule == "final":
+        return rounds[-1]
+    if rule == "min_val_loss":
+        scored = [r for r in rounds if VAL_LOSS in r]
+        if not scored:
+            raise GraphfedError("select min_val_loss: the run records no pooled validation loss "
+                                "(no validation samples, or a run from before it was recorded)")
+        return min(scored, key=lambda r: r[VAL_LOSS])
+    window = rounds[-LAST:] if rule == "best_last_10" else rounds
+    scored = [r for r in window if key in r]
+    return max(scored, key=lambda r: r[key]) if scored else window[-1]
