@@ -109,3 +109,23 @@ def test_run_report_and_partition_commands(tmp_path):
         r["samples"] for r in shown["clients"]) == 2708  # part 0 plus the five clients
     result = invoke("datasets")
     assert result.exit_code == 0 and "Cora" in result.output and "present" in result.output
+
+
+def test_algorithms_lists_the_registry_as_json_and_the_docs_show_its_table():
+    import json
+    import re
+    from pathlib import Path
+
+    from graphfed.algorithms.registry import load_all
+
+    result = invoke("algorithms", "--json")
+    assert result.exit_code == 0
+    rows = json.loads(result.output)
+    assert {r["name"] for r in rows} == set(load_all())
+    assert all(set(r) == {"name", "aliases", "family", "levels", "paper"} for r in rows)
+    table = invoke("algorithms", "--markdown").output.strip()
+    root = Path(__file__).resolve().parents[1]
+    for page in ("README.md", "docs/algorithms.md"):  # regenerate with --markdown when stale
+        shown = re.search(r"<!-- algorithms:start -->\n(.*?)\n<!-- algorithms:end -->",
+                          (root / page).read_text(), re.S)
+        assert shown is not None and shown.group(1) == table, page
