@@ -129,3 +129,23 @@ def test_algorithms_lists_the_registry_as_json_and_the_docs_show_its_table():
         shown = re.search(r"<!-- algorithms:start -->\n(.*?)\n<!-- algorithms:end -->",
                           (root / page).read_text(), re.S)
         assert shown is not None and shown.group(1) == table, page
+
+
+@require("Cora")
+def test_resume_of_a_finished_run_says_it_is_finished(tmp_path):
+    args = ["dataset=Cora", "num_clients=2", "partition=metis", "rounds=1", "name=done"]
+    assert invoke("run", *args, "--out", str(tmp_path), "--quiet").exit_code == 0
+    result = invoke("run", "--resume", str(tmp_path / "done"))
+    assert result.exit_code == 0 and "is finished" in result.output
+
+
+def test_config_show_lists_every_key_with_value_default_and_description():
+    args = ["config", "show", "configs/quickstart.yaml", "fedavg.weighted=false"]
+    result = runner.invoke(app, args, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    for key in ("num_clients", "partition.split", "optimizer.lr", "fedavg.weighted",
+                "sampling.fanouts", "flower.round_timeout"):
+        assert key in result.output, key
+    assert "weight by client sample counts" in result.output
+    bad = runner.invoke(app, ["config", "show", "configs/quickstart.yaml", "rounds=-1"])
+    assert bad.exit_code == 2 and "rounds" in bad.output

@@ -42,21 +42,24 @@ class ExperimentConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str | None = Field(None, description="run name (default: derived from the config)")
-    dataset: str = "Cora"
-    algorithm: str = "fedavg"
+    dataset: str = Field("Cora", description="dataset name (graphfed datasets lists them)")
+    algorithm: str = Field("fedavg", description="algorithm name (graphfed algorithms lists "
+                           "them); its options are the section of that name")
     model: ModelOptions = Field(default_factory=ModelOptions)
     partition: PartitionOptions = Field(default_factory=LouvainPartition)
-    num_clients: int = Field(10, ge=1)
-    rounds: int = Field(100, ge=1)
-    client_fraction: float = Field(1.0, gt=0.0, le=1.0)
-    local_epochs: int = Field(1, ge=1)
+    num_clients: int = Field(10, ge=1, description="clients the partition makes")
+    rounds: int = Field(100, ge=1, description="federated rounds (fit, then evaluate)")
+    client_fraction: float = Field(1.0, gt=0.0, le=1.0,
+                                   description="share of clients sampled each round")
+    local_epochs: int = Field(1, ge=1, description="epochs of local training per round")
     batch_size: int | None = Field(None, ge=1, description="None: full batch")
     sampling: SamplingOptions = Field(default_factory=SamplingOptions)
     optimizer: OptimizerOptions = Field(default_factory=OptimizerOptions)
-    seed: int = 0
+    seed: int = Field(0, description="seed of the run (partition, model, sampling)")
     seeds: list[int] | None = Field(None, description="run every seed; summary gives mean/std")
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    eval_every: int = Field(1, ge=1)
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="where clients compute (the server stays on the CPU)")
+    eval_every: int = Field(1, ge=1, description="evaluate every k rounds (and the last)")
     eval_train_split: bool = Field(
         False, description="also evaluate the model each client deploys on its training split "
         "(train_loss_deployed per client in metrics.jsonl); one more pass per evaluation")

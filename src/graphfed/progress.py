@@ -1,8 +1,9 @@
-"""A rich progress bar showing the round and live metrics."""
+"""A rich progress bar: which seed, its round out of the run's rounds, and live metrics (the bar
+itself spans every seed of the run)."""
 
 from __future__ import annotations
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 
 class RoundProgress:
@@ -17,11 +18,12 @@ class RoundProgress:
     def __enter__(self) -> RoundProgress:
         if self.enabled:
             self._progress = Progress(
-                TextColumn("[bold]seed {task.fields[seed]}[/] round"),
-                MofNCompleteColumn(), BarColumn(), TimeElapsedColumn(),
+                TextColumn("[bold]seed {task.fields[seed]}[/] · round {task.fields[round]}"),
+                BarColumn(), TimeElapsedColumn(),
                 TextColumn("{task.fields[metrics]}"))
             self._progress.start()
-            self._task = self._progress.add_task("run", total=self.total, seed="-", metrics="")
+            self._task = self._progress.add_task("run", total=self.total, seed="-",
+                                                 round=f"0/{self.rounds}", metrics="")
         return self
 
     def __exit__(self, *exc) -> None:
@@ -34,5 +36,5 @@ class RoundProgress:
         for key in ("train_loss", "test_acc", "global_test_acc"):
             if line.get(key) is not None:
                 self._metrics[key] = f"{key}={line[key]:.4f}"
-        self._progress.update(self._task, advance=1, seed=seed,
+        self._progress.update(self._task, advance=1, seed=seed, round=f"{rnd}/{self.rounds}",
                               metrics="  ".join(self._metrics.values()))

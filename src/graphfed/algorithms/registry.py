@@ -54,9 +54,9 @@ class Algorithm:
 
     ``check`` raises ``ValueError`` (with a readable message) for a config the method cannot run
     beyond its ``levels``, e.g. a model or sampling it does not support; the config layer calls
-    it, so method-specific rules live with the method. ``exemptions`` names the
-    conformance checks (``tests/algorithms/test_conformance.py``) the method cannot meet, each
-    with the reason; the conformance test asserts the reason still holds."""
+    it, so method-specific rules live with the method. ``exemptions`` names the conformance
+    checks (``tests/test_conformance.py``) the method meets only on one CPU thread, each with
+    the reason; the conformance test runs those checks single-threaded."""
 
     name: str
     server: type[Server]

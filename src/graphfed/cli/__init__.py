@@ -1,5 +1,5 @@
-"""The ``graphfed`` command line: run, reproduce, report, datasets, partition, algorithms and
-``federation`` (a real federation on Flower).
+"""The ``graphfed`` command line: run, reproduce, report, datasets, partition, algorithms,
+``config show`` and ``federation`` (a real federation on Flower).
 
 Bad input of any kind prints one readable line and exits with code 2, without a traceback.
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 import typer
 
 from graphfed.cli.algorithms import algorithms
+from graphfed.cli.config import config
 from graphfed.cli.data import datasets, partition
 from graphfed.cli.federation import federation
 from graphfed.cli.report import report
@@ -19,6 +20,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Federated graph learning: simulate, run and compare FGL algorithms.")
 for command in (run, reproduce, report, datasets, partition, algorithms):
     app.command()(command)
+app.add_typer(config, name="config")
 app.add_typer(federation, name="federation")
 
 

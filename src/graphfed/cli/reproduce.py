@@ -42,6 +42,9 @@ def reproduce(
         get_preset("fgfl-table2")  # registers the built-in presets
         for preset in REGISTRY.values():
             console.print(f"[bold]{preset.name}[/]: {preset.description}")
+            console.print(f"  methods: {', '.join(v.method for v in preset.variants)}",
+                          highlight=False, markup=False)
+            console.print(f"  datasets: {', '.join(preset.datasets)}", highlight=False)
         return
     def split(text):
         return ([t.strip() for t in text.split(",") if t.strip()] if text else None)

@@ -30,6 +30,10 @@ def run(
         if resume is not None:
             if args:
                 fail("--resume takes no config or overrides: the run's own config is used")
+            if (resume / "summary.json").is_file():
+                console.print(f"{resume} is finished (its summary.json is written); nothing to "
+                              "resume", highlight=False)
+                return
             run_dir, summary = resume_run(resume, progress=not quiet)
         else:
             config_path, overrides = split_args(args or [])
