@@ -92,13 +92,20 @@ def test_run_report_and_partition_commands(tmp_path):
     assert result.exit_code == 0, result.output
     summary = json.loads((tmp_path / "demo" / "summary.json").read_text())
     assert 0 <= summary["final"]["test_acc"] <= 1
-    result = invoke("run", "configs/quickstart.yaml", "rounds=2", "num_clients=3", "name=solo",
-                    "algorithm=local", "--out", str(tmp_path), "--quiet")
+    result = invoke("run", "configs/quickstart.yaml", "rounds=2", "num_clients=3",
+                    "name=demo-local-run", "algorithm=local", "--out", str(tmp_path), "--quiet")
     assert result.exit_code == 0, result.output
-    plot = tmp_path / "curves.png"
-    result = invoke("report", str(tmp_path / "demo"), str(tmp_path / "solo"), "--plot", str(plot))
+    plot = tmp_path / "plots" / "curves.png"  # a folder that does not exist yet
+    result = runner.invoke(app, ["report", str(tmp_path / "demo"),
+                                 str(tmp_path / "demo-local-run"), "--plot", str(plot)],
+                           env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
     assert "fedavg" in result.output and "local" in result.output and plot.stat().st_size > 0
+    # at 80 columns both run names stay whole: wrapped in their column, not cut to 'demo…'
+    assert "…" not in result.output
+    first_column = "".join(line.split("│")[1].strip() for line in result.output.splitlines()
+                           if line.count("│") > 2)
+    assert "demo-local-run" in first_column
     result = invoke("partition", "configs/quickstart.yaml", "num_clients=3", "--json")
     rows = json.loads(result.output)["clients"]
     assert len(rows) == 3 and sum(r["samples"] for r in rows) == 2708

@@ -70,10 +70,13 @@ def plot_curves(runs: list[dict], path: str | Path, metric: str = "test_acc") ->
         if rounds:
             means = [sum(c[r] for c in curves) / len(curves) for r in rounds]
             ax.plot(rounds, means, label=f"{Path(run['run_dir']).name}")
+    datasets = sorted({run["dataset"] for run in runs})
+    ax.set_title(f"{metric} by round on {', '.join(datasets)} (mean over seeds)")
     ax.set_xlabel("round")
     ax.set_ylabel(metric)
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
     fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -126,7 +126,8 @@ def loopback(
     config_path, overrides = split_args(args)
     config = load_config(config_path, overrides)
     typer.echo(f"starting a SuperLink and {config.num_clients} SuperNodes (logs in {root})")
-    with LoopbackFederation(config, root, port, node_port) as fed:
+    with LoopbackFederation(config, root, port, node_port, say=typer.echo) as fed:
         run_dir, summary = fed.run(out=out, progress=True)
+        typer.echo("stopping the SuperNodes and the SuperLink")
     print_final(summary)
     console.print(f"run directory: [bold]{run_dir}[/]")

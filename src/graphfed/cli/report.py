@@ -8,8 +8,20 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from graphfed.cli.common import console, fail, fmt
+from graphfed.cli.common import console, fail
 from graphfed.errors import GraphfedError
+
+HEADERS = {"test_acc": "test acc", "global_test_acc": "global acc",
+           "test_macro_f1": "macro-F1", "bytes_total": "MiB", "gradient_fairness": "fairness"}
+
+
+def _cell(key: str, stats: tuple[float, float]) -> str:
+    """A short cell: three decimals (MiB for bytes), '± std' only where seeds disagree."""
+    mean, std = stats
+    if key == "bytes_total":
+        mean, std = mean / 2**20, std / 2**20
+    digits = 1 if key == "bytes_total" else 3
+    return f"{mean:.{digits}f}" + (f" ± {std:.{digits}f}" if std else "")
 
 
 def report(
@@ -28,13 +40,17 @@ def report(
         fail(str(e))
     rows = summary_rows(runs)
     table = Table(title="graphfed report (mean ± std over seeds)")
-    for col in ("run", "algorithm", "dataset", "seeds", *TABLE_METRICS, "gradient_fairness"):
-        table.add_column(col)
+    table.add_column("run", overflow="fold")  # the whole name, wrapped: runs differ at the end
+    for col in ("algorithm", "dataset", "seeds"):
+        table.add_column(col, overflow="fold")
+    for key in (*TABLE_METRICS, "gradient_fairness"):
+        table.add_column(HEADERS.get(key, key), overflow="fold", justify="right")
     for row in rows:
         cells = [row["run"], row["algorithm"], row["dataset"], str(row["seeds"])]
         for key in TABLE_METRICS:
-            cells.append(f"{fmt(row[key][0])} ± {fmt(row[key][1])}" if key in row else "-")
-        cells.append(fmt(row.get("gradient_fairness")))
+            cells.append(_cell(key, row[key]) if key in row else "-")
+        fairness = row.get("gradient_fairness")
+        cells.append("-" if fairness is None else f"{fairness:.3f}")
         table.add_row(*cells)
     console.print(table)
     target = plot or Path(run_dirs[0]) / "report.png"

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -36,13 +37,15 @@ class LoopbackFederation:
     (and every process those spawned) ends when the block does."""
 
     def __init__(self, config: ExperimentConfig, root: Path, port: int = 9093,
-                 node_port: int = 9400, start_timeout: float = 120.0):
+                 node_port: int = 9400, start_timeout: float = 120.0,
+                 say: Callable[[str], None] | None = None):
         self.config, self.root = config, Path(root)
         self.address = f"127.0.0.1:{port}"
         self.port, self.node_port, self.start_timeout = port, node_port, start_timeout
         self.processes: dict[str, subprocess.Popen] = {}
         self.creds: Credentials | None = None
         self.files: list[Path] = []
+        self.say = say or (lambda line: None)  # each step, as it starts, for a watching operator
 
     def __enter__(self) -> LoopbackFederation:
         try:
@@ -59,11 +62,15 @@ class LoopbackFederation:
         require_flwr()
         owners = self.config.num_clients
         self.root.mkdir(parents=True, exist_ok=True)
+        self.say(f"credentials: a CA, the SuperLink's TLS certificate, {owners} owner key pairs")
         self.creds = make_credentials(self.root / "creds", owners)
+        self.say(f"owner files: one partition file per owner in {self.root / 'owners'}")
         self.files = export_partition(self.config, self.config.run_seeds[0],
                                       self.root / "owners")
+        self.say(f"SuperLink: starting on {self.address} (log: {self.log_path('superlink')})")
         self.launch("superlink", superlink_command(self.creds, port=self.port))
         self._wait_for_superlink()
+        self.say(f"SuperNodes: registering {owners} owners' public keys, starting their nodes")
         with ThreadPoolExecutor(min(owners, 8)) as pool:  # each is a short flwr CLI process
             list(pool.map(lambda i: register_node(self.creds.owner_public_key(i), self.address,
                                                   self.creds.ca, self.root / f"flwr-home-{i}"),
@@ -102,6 +109,7 @@ class LoopbackFederation:
 
     def run(self, config: ExperimentConfig | None = None, out: Path | None = None,
             progress: bool = False) -> tuple[Path, dict]:
+        self.say("run: submitted to the SuperLink; the ServerApp waits for every node to connect")
         return run_on_flower(self.run_config(config), out or self.root / "runs", progress)
 
     def kill(self, name: str) -> None:
