@@ -42,3 +42,22 @@ def _present(name: str) -> bool:
     from graphfed.data.datasets import is_present
 
     return is_present(name)
+
+
+def interrupted_run(config, out: Path, at_round: int) -> Path:
+    """Run ``config`` into ``out`` and stop it (as a crash would) when round ``at_round`` starts;
+    returns the run directory, whose checkpoints a resume continues from."""
+    from graphfed import experiment
+
+    original = experiment.Federation.fit_round
+
+    def stop(self, rnd):
+        if rnd == at_round:
+            raise KeyboardInterrupt
+        return original(self, rnd)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(experiment.Federation, "fit_round", stop)
+        with pytest.raises(KeyboardInterrupt):
+            experiment.run_experiment(config, out, progress=False)
+    return out / config.name

@@ -18,12 +18,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphfed import experiment
 from graphfed.algorithms.registry import Algorithm, load_all
 from graphfed.config import load_config
 from graphfed.experiment import build_federation, resume_experiment, run_experiment
 from graphfed.protocol import Message
-from tests.conftest import require
+from tests.conftest import interrupted_run, require
 
 ALGORITHMS = load_all()
 DATASET = {"node": ["dataset=Cora", "partition=metis"],
@@ -130,22 +129,11 @@ def test_conformance_same_seed_same_metrics(name, tmp_path, threads_for):
 
 
 @pytest.mark.parametrize("name", _cases())
-def test_conformance_resume_from_round_1_equals_uninterrupted(name, tmp_path, monkeypatch,
-                                                              threads_for):
+def test_conformance_resume_from_round_1_equals_uninterrupted(name, tmp_path, threads_for):
     threads_for(name, "resume")
     config = load_config(None, _overrides(ALGORITHMS[name], "name=run"))
     whole, _ = run_experiment(config, tmp_path / "whole", progress=False)
-    original = experiment.Federation.fit_round
-
-    def stop_at_round_2(self, rnd):
-        if rnd == 2:
-            raise KeyboardInterrupt
-        return original(self, rnd)
-
-    monkeypatch.setattr(experiment.Federation, "fit_round", stop_at_round_2)
-    with pytest.raises(KeyboardInterrupt):
-        run_experiment(config, tmp_path / "cut", progress=False)
-    monkeypatch.setattr(experiment.Federation, "fit_round", original)
+    cut = interrupted_run(config, tmp_path / "cut", at_round=2)
     torch.manual_seed(12345)  # the resumed run must not depend on the process's RNG state
-    resumed, _ = resume_experiment(tmp_path / "cut" / "run", progress=False)
+    resumed, _ = resume_experiment(cut, progress=False)
     assert _lines(resumed) == _lines(whole)

@@ -26,7 +26,7 @@ from graphfed.mechanisms.sparse_rewards import (
     value_weights,
 )
 from graphfed.protocol import Message, Setup
-from tests.conftest import require
+from tests.conftest import interrupted_run, require
 
 FGFL_PROTOCOL = ["dataset=PROTEINS", "algorithm=fgfl", "model=gin", "partition=gcfl_chunk",
                  "partition.global_test=0.1", "partition.split=[0.9,0.0,0.1]", "num_clients=10",
@@ -223,24 +223,13 @@ def test_fgfl_setup_exchange_and_sparse_reward_bytes():
 
 
 @require("PROTEINS")
-def test_fgfl_run_resumes_exactly(tmp_path, monkeypatch):
-    from graphfed import experiment
+def test_fgfl_run_resumes_exactly(tmp_path):
     from graphfed.experiment import resume_experiment
 
     config = load_config(None, [*FGFL_PROTOCOL, "rounds=4", "checkpoint_every=2", "name=f"])
     _, whole = run_experiment(config, tmp_path / "whole", progress=False)
-    original = experiment.Federation.fit_round
-
-    def crash(self, rnd):
-        if rnd == 3:
-            raise KeyboardInterrupt
-        return original(self, rnd)
-
-    monkeypatch.setattr(experiment.Federation, "fit_round", crash)
-    with pytest.raises(KeyboardInterrupt):
-        run_experiment(config, tmp_path / "cut", progress=False)
-    monkeypatch.setattr(experiment.Federation, "fit_round", original)
-    _, resumed = resume_experiment(tmp_path / "cut" / "f", progress=False)
+    cut = interrupted_run(config, tmp_path / "cut", at_round=3)
+    _, resumed = resume_experiment(cut, progress=False)
     assert resumed["final"] == whole["final"]
     final = whole["final"]  # sparse rewards save downlink against dense ones
     assert final["bytes_down"] < final["bytes_down_dense_equivalent"]
