@@ -310,3 +310,63 @@ def test_a_reply_whose_soft_labels_do_not_sum_to_one_is_dropped_not_aggregated(m
     trains = [c.data.num_samples("train") for c in fed.runtime.contexts]
     kept = sum(-(-n // 32) for i, n in enumerate(trains) if i != 1)  # only clients 0, 2, 3, 4
     assert line["server"]["mashed_graphs"] == kept
+
+
+# ------------------------------------------------------------------ paper or code
+
+def test_shared_sage_weights_are_eq_9_on_trees_and_on_graphs():
+    torch.manual_seed(0)
+    layers = PersonalLayers(8, 3, dropout=0.0, shared=True).eval()
+    assert sorted(k for k, _ in layers.named_parameters()) == [
+        "classifier.weight", "convs.0.weight", "convs.1.weight"]  # one W per layer, no bias
+    trees = torch.randn(4, SIZE, 8)
+    w0, w1 = (conv.weight for conv in layers.convs)
+    hop1 = torch.relu((trees[:, 1:7] + trees[:, 7:].reshape(4, 6, 6, 8).mean(2)) @ w0.t())
+    centre = torch.relu((trees[:, 0] + trees[:, 1:7].mean(1)) @ w0.t())
+    by_hand = layers.classifier(torch.relu((centre + hop1.mean(1)) @ w1.t()))
+    assert torch.allclose(layers(trees), by_hand, atol=1e-5)
+    # message passing on the tree edges (full-neighbourhood evaluation) gives the same centres
+    graph = layers.embed(trees.reshape(-1, 8), batched_tree_edges(4, 2, 6))
+    assert torch.allclose(layers.classifier(graph[torch.arange(4) * SIZE]), by_hand, atol=1e-5)
+
+
+@pytest.mark.parametrize("last", [True, False])
+def test_linear_variant_keeps_the_last_relu_only_in_the_codes_setting(last):
+    torch.manual_seed(2)
+    layers = PersonalLayers(8, 3, dropout=0.0, linear=True, last_activation=last).eval()
+    centres = layers.embed(torch.randn(16, SIZE, 8))
+    assert bool((centres >= 0).all()) == last
+
+
+@require("Cora")
+@pytest.mark.parametrize("source", ["after_training", "training_batches"])
+def test_mashed_graphs_come_from_fresh_batches_or_from_the_training_batches(source):
+    fed = _federation("local_epochs=2", f"fedego.mash_from={source}")
+    uploads = fed.fit_round(1)["server"]["mashed_graphs"]
+    # the code: one per 32 of all training nodes; the paper: one per batch of each epoch's
+    # training subset (sampling.train_fraction of the client's nodes), two epochs
+    trained = sum(-(-ctx.data.epoch_nodes("train", 32, True).numel() // 32)
+                  for ctx in fed.runtime.contexts)
+    pool = sum(-(-len(ctx.data.index["train"]) // 32) for ctx in fed.runtime.contexts)
+    assert trained != pool
+    assert uploads == (2 * trained if source == "training_batches" else pool)
+
+
+@require("Cora")
+@pytest.mark.parametrize("source", ["all", "train"])
+def test_the_label_distribution_behind_lambda_can_leave_out_test_labels(source):
+    fed = _federation(f"fedego.label_distribution_from={source}")
+    runtime = fed.runtime
+    fed.fit_round(1)
+    message = runtime.server.configure_fit(2, [0])[0]
+    ctx = runtime.contexts[0]
+    y = ctx.data.y if source == "all" else ctx.data.y[ctx.data.index["train"]]
+    lam = mixing_weight(label_distribution(y, 7), runtime.server.distribution,
+                        runtime.client.options)
+    other = ctx.data.y[ctx.data.index["train"]] if source == "all" else ctx.data.y
+    assert lam != mixing_weight(label_distribution(other, 7), runtime.server.distribution,
+                                runtime.client.options)
+    _, before = split_params(ctx.state["params"])
+    _, after = split_params(runtime.client.current(message, ctx))
+    for k, v in runtime.server.phi.items():
+        assert torch.allclose(after[k], lam * v + (1 - lam) * before[k], atol=1e-6)

@@ -1,5 +1,7 @@
 """FGFL and the gradient-reward mechanism it shares with CGSV, DW, EU and RFFL."""
 
+import math
+
 import pytest
 import torch
 from torch_geometric.data import Data
@@ -13,6 +15,7 @@ from graphfed.data.motifs import (
     decode_keys,
     encode_keys,
     graph_motifs,
+    mean_tfidf,
     ring_key,
 )
 from graphfed.experiment import build_federation, run_experiment
@@ -184,6 +187,32 @@ def test_rings_longer_than_four_are_bonds():
 def test_key_encoding_round_trips():
     keys = [(BOND, 0, 7), (RING, 1, 2, 3), (RING, 0, 0, 1, 1)]
     assert decode_keys(encode_keys(keys)) == keys
+    assert encode_keys(keys).shape == (3, 6)
+
+
+def test_uncapped_rings_as_the_paper_defines_them_are_rings_with_wider_keys():
+    pentagon = _labelled_graph([0, 0, 0, 0, 1], [(0, 1), (1, 2), (2, 3), (3, 4), (4, 0)])
+    motifs = graph_motifs(pentagon, max_ring=1000)
+    assert motifs == {(RING, 0, 0, 0, 0, 1): 1}
+    keys = [*motifs, (BOND, 0, 1)]
+    assert encode_keys(keys).shape == (2, 7) and decode_keys(encode_keys(keys)) == keys
+
+
+def test_tfidf_plus_one_in_the_idf_or_after_the_count_by_hand():
+    # a motif seen 3 times in the 2 of 4 graphs that hold it: idf term log(5 / 3)
+    idf = math.log(5 / 3)
+    assert mean_tfidf(3, 4, 2, "in_idf") == pytest.approx(3 * (idf + 1) / 2)  # the code
+    assert mean_tfidf(3, 4, 2, "after_count") == pytest.approx(3 * idf / 2 + 1)  # Eq. 16
+
+
+def test_tfidf_placement_changes_which_motif_is_kept():
+    # bond (0,0): twice in each of 3 graphs; bond (1,1): once in one graph
+    path = _labelled_graph([0, 0, 0], [(0, 1), (1, 2)])
+    both = _labelled_graph([0, 0, 0, 1, 1], [(0, 1), (1, 2), (3, 4)])
+    graphs = [path, path, both]
+    # code: 2 * (0 + 1) = 2 beats 1 * (log 2 + 1); paper: 2 * 0 + 1 = 1 loses to log 2 + 1
+    assert build_vocabulary(graphs, 0.5, tfidf_one="in_idf").keys == [(BOND, 0, 0)]
+    assert build_vocabulary(graphs, 0.5, tfidf_one="after_count").keys == [(BOND, 1, 1)]
 
 
 @require("PROTEINS")
@@ -233,3 +262,54 @@ def test_fgfl_run_resumes_exactly(tmp_path):
     assert resumed["final"] == whole["final"]
     final = whole["final"]  # sparse rewards save downlink against dense ones
     assert final["bytes_down"] < final["bytes_down_dense_equivalent"]
+
+
+# ------------------------------------------------------------------ paper or code
+
+def _federation(*overrides):
+    fed = build_federation(load_config(None, [*FGFL_PROTOCOL, "rounds=2", *overrides]), 0)
+    fed.setup()
+    return fed
+
+
+@require("PROTEINS")
+def test_setup_prototypes_are_clipped_to_unit_norm_only_in_the_codes_setting():
+    code = _federation().runtime.server.prototypes
+    paper = _federation("fgfl.initial_proto_norm=none").runtime.server.prototypes
+    assert float(code.norm(dim=1).max()) <= 1 + 1e-5
+    assert float(paper.norm(dim=1).max()) > 1
+
+
+@require("PROTEINS")
+def test_tfidf_placement_changes_a_real_vocabulary(proteins):
+    graphs = proteins.graphs[:90]
+    code = build_vocabulary(graphs, 0.9, tfidf_one="in_idf")
+    paper = build_vocabulary(graphs, 0.9, tfidf_one="after_count")
+    assert len(code.keys) == len(paper.keys) and code.keys != paper.keys
+
+
+@require("PROTEINS")
+def test_the_papers_prototype_regulariser_trains_differently_from_the_codes():
+    code, paper = _federation(), _federation("fgfl.proto_distance=l2", "fgfl.proto_reduce=sum",
+                                             "fgfl.proto_scope=dataset")
+    code.fit_round(1)
+    paper.fit_round(1)
+    assert any(not torch.allclose(v, paper.runtime.server.params[k])
+               for k, v in code.runtime.server.params.items())
+
+
+@require("PROTEINS")
+@pytest.mark.parametrize("apply", ["reset_then_add", "add_to_local"])
+def test_full_rewards_on_the_round_start_model_are_vanilla_fl(apply):
+    """beta = inf (every agent gets the whole aggregate): with reset_then_add every agent's
+    model is the global model, as the paper's vanilla-FL limit says; add_to_local keeps each
+    agent's own step on top."""
+    fed = _federation("fgfl.sparsify_reward=false", f"fgfl.reward_apply={apply}")
+    runtime = fed.runtime
+    for rnd in (1, 2):
+        fed.fit_round(rnd)
+    messages = runtime.server.configure_evaluate(2, list(range(10)))
+    deployed = [runtime.client.current(messages[c], ctx) for c, ctx in enumerate(runtime.contexts)]
+    same = [all(torch.allclose(p[k], v, atol=1e-6) for k, v in runtime.server.params.items())
+            for p in deployed]
+    assert all(same) == (apply == "reset_then_add")

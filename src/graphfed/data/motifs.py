@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
+from typing import Literal
 
 import networkx as nx
 import torch
@@ -19,7 +20,8 @@ from torch_geometric.data import Data
 
 Motif = tuple[int, ...]  # (kind, label, label, ...): kind 0 = bond, 1 = ring
 BOND, RING = 0, 1
-KEY_WIDTH = 6  # kind, length, up to 4 labels
+KEY_WIDTH = 6  # kind, length, up to 4 labels (wider when longer rings are kept)
+TfidfOne = Literal["in_idf", "after_count"]
 
 
 def ring_key(labels: list[int]) -> Motif:
@@ -78,30 +80,36 @@ class MotifVocabulary:
 
 
 def encode_keys(keys: list[Motif]) -> Tensor:
-    rows = []
-    for kind, *labels in keys:
-        if len(labels) > KEY_WIDTH - 2:
-            raise ValueError(f"motif with {len(labels)} labels does not fit the key encoding")
-        rows.append([kind, len(labels), *labels] + [-1] * (KEY_WIDTH - 2 - len(labels)))
-    return torch.tensor(rows, dtype=torch.long).view(-1, KEY_WIDTH)
+    """Rows of KEY_WIDTH, or as wide as the longest key when a ring has more than 4 labels."""
+    width = max([KEY_WIDTH, *(len(k) + 1 for k in keys)])
+    rows = [[kind, len(labels), *labels] + [-1] * (width - 2 - len(labels))
+            for kind, *labels in keys]
+    return torch.tensor(rows, dtype=torch.long).view(-1, width)
 
 
 def decode_keys(encoded: Tensor) -> list[Motif]:
     return [(int(r[0]), *(int(v) for v in r[2:2 + int(r[1])])) for r in encoded]
 
 
-def build_vocabulary(graphs: list[Data], keep_fraction: float = 0.9,
-                     max_ring: int = 4) -> MotifVocabulary:
-    """Rank motifs by mean TF-IDF over the graphs containing them and keep the top fraction.
+def mean_tfidf(total: int, num_graphs: int, containing: int, one: TfidfOne = "in_idf") -> float:
+    """T_k (Eq. 17): the mean over the ``containing`` graphs holding motif k of its TF-IDF,
+    from the motif's ``total`` count in them and ``num_graphs`` = |D|. Per graph, TF-IDF is
+    count * (log((1 + |D|) / (1 + n_k)) + 1) with the +1 in the bracket (``in_idf``: FGFL's
+    code, ``client.py`` ``motif_construction``), or count * log((1 + |D|) / (1 + n_k)) + 1
+    (``after_count``: the paper's Eq. 16 as printed)."""
+    idf = math.log((1 + num_graphs) / (1 + containing))
+    if one == "in_idf":
+        return total * (idf + 1) / containing
+    return total * idf / containing + 1
 
-    TF-IDF of motif k in graph G is count(k, G) * (log((1 + |D|) / (1 + n_k)) + 1), with n_k the
-    number of graphs containing k (the +1 inside the bracket, as FGFL's code computes it).
-    """
+
+def build_vocabulary(graphs: list[Data], keep_fraction: float = 0.9, max_ring: int = 4,
+                     tfidf_one: TfidfOne = "in_idf") -> MotifVocabulary:
+    """Rank motifs by their mean TF-IDF (``mean_tfidf``) and keep the top fraction."""
     per_graph = [graph_motifs(g, max_ring) for g in graphs]
     containing = Counter(k for counts in per_graph for k in counts)
-    idf = {k: math.log((1 + len(graphs)) / (1 + n)) + 1 for k, n in containing.items()}
-    score = {k: sum(c[k] for c in per_graph if k in c) * idf[k] / containing[k]
-             for k in containing}
+    score = {k: mean_tfidf(sum(c[k] for c in per_graph if k in c), len(graphs), n, tfidf_one)
+             for k, n in containing.items()}
     ranked = sorted(containing, key=lambda k: (-score[k], k))
     keys = ranked[:math.floor(keep_fraction * len(ranked))]
     membership = torch.tensor([[k in counts for k in keys] for counts in per_graph],

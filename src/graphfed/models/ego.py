@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn import SAGEConv
+from torch_geometric.utils import scatter
 
 
 def tree_size(hops: int, fanout: int) -> int:
@@ -35,21 +36,33 @@ def mash(values: Tensor) -> Tensor:
 
 
 class TreeSAGE(nn.Module):
-    """SAGE layers (PyG ``SAGEConv``: mean of neighbours through ``lin_l``, root through
-    ``lin_r``) over a graph (node features + edges) or over a batch of ego-trees (trees,
+    """SAGE layers over a graph (node features + edges) or over a batch of ego-trees (trees,
     tree_size, d), for which only the positions that reach the centre are computed — one level
     less per layer — and the centres' outputs (trees, d_out) are returned.
 
-    ``linear`` drops the activation between layers (FedEgo-Linear, Theorem 4.1); the activation
-    after the last layer stays, as in FedEgo's code."""
+    ``shared=False``: PyG ``SAGEConv`` (mean of neighbours through ``lin_l`` with a bias, root
+    through ``lin_r``), as FedEgo's code; ``shared=True``: one bias-free W for both,
+    W (h_v + mean_u h_u), as the paper's Eq. 9 writes it. ``linear`` drops the activation
+    between layers (FedEgo-Linear, Theorem 4.1); ``last_activation`` keeps the one after the
+    last layer (FedEgo's code) or drops it too (the paper's linear layers)."""
 
-    def __init__(self, dims: list[int], linear: bool = False, fanout: int = 6):
+    def __init__(self, dims: list[int], linear: bool = False, fanout: int = 6,
+                 shared: bool = False, last_activation: bool = True):
         super().__init__()
-        self.convs = nn.ModuleList(SAGEConv(a, b) for a, b in pairwise(dims))
+        self.convs = nn.ModuleList(nn.Linear(a, b, bias=False) if shared else SAGEConv(a, b)
+                                   for a, b in pairwise(dims))
         self.linear, self.fanout = linear, fanout
+        self.shared, self.last_activation = shared, last_activation
 
     def _activate(self, h: Tensor, i: int) -> Tensor:
-        return F.relu(h) if not self.linear or i == len(self.convs) - 1 else h
+        last = i == len(self.convs) - 1
+        return F.relu(h) if not self.linear or (last and self.last_activation) else h
+
+    def _combine(self, conv: nn.Module, node: Tensor, neighbours: Tensor) -> Tensor:
+        """One layer from a node's features and its neighbours' mean."""
+        if self.shared:
+            return conv(node + neighbours)
+        return conv.lin_l(neighbours) + conv.lin_r(node)
 
     def _trees(self, h: Tensor) -> Tensor:
         f = self.fanout
@@ -62,16 +75,22 @@ class TreeSAGE(nn.Module):
             raise ValueError(f"{len(levels) - 1}-hop trees need {len(levels) - 1} SAGE layers, "
                              f"not {len(self.convs)}")
         for i, conv in enumerate(self.convs):
-            levels = [self._activate(conv.lin_l(child.reshape(*node.shape[:2], f, -1).mean(2))
-                                     + conv.lin_r(node), i)
-                      for node, child in pairwise(levels)]
+            levels = [self._activate(self._combine(
+                conv, node, child.reshape(*node.shape[:2], f, -1).mean(2)), i)
+                for node, child in pairwise(levels)]
         return levels[0][:, 0]
+
+    def _layer(self, conv: nn.Module, h: Tensor, edge_index: Tensor) -> Tensor:
+        if not self.shared:
+            return conv(h, edge_index)
+        src, dst = edge_index
+        return self._combine(conv, h, scatter(h[src], dst, 0, h.shape[0], reduce="mean"))
 
     def embed(self, h: Tensor, edge_index: Tensor | None = None) -> Tensor:
         if h.dim() == 3:
             return self._trees(h)
         for i, conv in enumerate(self.convs):
-            h = self._activate(conv(h, edge_index), i)
+            h = self._activate(self._layer(conv, h, edge_index), i)
         return h
 
     def forward(self, h: Tensor, edge_index: Tensor | None = None) -> Tensor:
@@ -82,8 +101,9 @@ class PersonalLayers(TreeSAGE):
     """FedEgo's personalisation layers Φ: ``layers`` SAGE layers and a bias-free classifier."""
 
     def __init__(self, hidden: int, num_classes: int, layers: int = 2, dropout: float = 0.5,
-                 linear: bool = False, fanout: int = 6):
-        super().__init__([hidden] * (layers + 1), linear, fanout)
+                 linear: bool = False, fanout: int = 6, shared: bool = False,
+                 last_activation: bool = True):
+        super().__init__([hidden] * (layers + 1), linear, fanout, shared, last_activation)
         self.classifier = nn.Linear(hidden, num_classes, bias=False)
         self.dropout = dropout
 
@@ -120,15 +140,19 @@ class FedEgoNet(nn.Module):
     ego-trees whose position p holds node ``positions[:, p]`` of ``x``."""
 
     def __init__(self, in_dim: int, hidden: int, num_classes: int, dropout: float = 0.5,
-                 linear: bool = False, fanout: int = 6, ego: bool = True):
+                 linear: bool = False, fanout: int = 6, ego: bool = True,
+                 shared: bool = False, last_activation: bool = True):
         super().__init__()
         self.ego = ego
         if ego:
             self.reduction: nn.Module = nn.Linear(in_dim, hidden)
             self.personal: nn.Module = PersonalLayers(hidden, num_classes, dropout=dropout,
-                                                      linear=linear, fanout=fanout)
+                                                      linear=linear, fanout=fanout,
+                                                      shared=shared,
+                                                      last_activation=last_activation)
         else:
-            self.reduction = TreeSAGE([in_dim, hidden, hidden], linear, fanout)
+            self.reduction = TreeSAGE([in_dim, hidden, hidden], linear, fanout, shared,
+                                      last_activation)
             self.personal = PersonalMLP(hidden, num_classes, dropout)
         self.dropout = dropout
         for module in self.modules():  # FedEgo's code: Kaiming-normal weight matrices

@@ -23,6 +23,8 @@ from graphfed.training.batches import GraphBatch, PreparedClient, PreparedGraphC
 ExtraLoss = Callable[[Params], Tensor]
 # (live params, the mini-batch, its graph embeddings) -> a loss term, for embedding regularisers
 BatchLoss = Callable[[Params, GraphBatch, Tensor], Tensor]
+# (live params, the mini-batch) before the step: reads what a step sees (FedEgo's uploads)
+BatchHook = Callable[[Params, object], None]
 
 
 class OptimizerOptions(BaseModel):
@@ -82,11 +84,13 @@ class Trainer:
 
     def train(self, params: Params, data: PreparedClient, epochs: int, batch_size: int | None,
               extra_loss: ExtraLoss | None = None, batch_loss: BatchLoss | None = None,
-              memory: dict | None = None) -> tuple[Params, TrainStats]:
+              memory: dict | None = None,
+              on_batch: BatchHook | None = None) -> tuple[Params, TrainStats]:
         """Train from ``params`` (left untouched) for ``epochs`` on the train split.
 
         ``extra_loss`` sees the live parameters (e.g. a proximal term); ``batch_loss`` also sees
-        the mini-batch and its graph embeddings (e.g. a prototype regulariser). With a persistent
+        the mini-batch and its graph embeddings (e.g. a prototype regulariser); ``on_batch``
+        sees each batch and the parameters it is trained under, untouched. With a persistent
         optimizer its state is read from and written back to ``memory`` (the client's state)."""
         live = {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
         optimizer = self.make_optimizer(list(live.values()))
@@ -99,6 +103,8 @@ class Trainer:
         for _ in range(epochs):
             for batch in data.batches("train", batch_size, shuffle=True):
                 optimizer.zero_grad(set_to_none=True)
+                if on_batch is not None:
+                    on_batch(live, batch)
                 if batch_loss is None:
                     logits = batch.forward(self.model, call)
                 else:

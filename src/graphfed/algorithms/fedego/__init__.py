@@ -23,7 +23,8 @@ def build_fedego_net(level: str, in_dim: int, num_classes: int, opts: ModelOptio
                      options: FedEgoOptions) -> FedEgoNet:
     """FedEgo's own network; the config's model section gives its width and dropout."""
     return FedEgoNet(in_dim, opts.hidden, num_classes, opts.dropout, options.linear,
-                     options.fanout, options.ego)
+                     options.fanout, options.ego, options.sage_weights == "shared",
+                     options.linear_last_relu)
 
 
 def refuse_node_sampling(config: RunView) -> None:

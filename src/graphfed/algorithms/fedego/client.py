@@ -3,7 +3,12 @@ one mashed ego-graph per training batch (P_i never leaves)."""
 
 from __future__ import annotations
 
-from graphfed.algorithms.fedego.ego_view import ego_view, label_distribution, mashed_ego_graphs
+from graphfed.algorithms.fedego.ego_view import (
+    TrainingBatchMasher,
+    ego_view,
+    label_distribution,
+    mashed_ego_graphs,
+)
 from graphfed.algorithms.fedego.options import (
     REDUCTION,
     join_params,
@@ -25,20 +30,26 @@ class FedEgoClient(PersonalClient):
         if self.options.average_reduction and sent_theta:
             theta = sent_theta
         if message.scalars.get("mix"):
-            own = label_distribution(ctx.data.y, self.setup.num_classes)
+            y = ctx.data.y
+            if self.options.label_distribution_from == "train":
+                y = y[ctx.data.index["train"]]
+            own = label_distribution(y, self.setup.num_classes)
             lam = mixing_weight(own, message.tensors["label_distribution"], self.options)
             phi = {k: lam * sent_phi[k] + (1 - lam) * v for k, v in phi.items()}
         return join_params(theta, phi)
 
     def fit(self, message, ctx):
         view = ego_view(ctx.data, self.options, ctx.cache)
+        model, classes = ctx.trainer.model, self.setup.num_classes
+        masher = (TrainingBatchMasher(view, model, classes, self.options)
+                  if self.options.mash_from == "training_batches" else None)
         params, stats = ctx.trainer.train(self.current(message, ctx), view,
                                           self.setup.local_epochs, self.setup.batch_size,
-                                          memory=ctx.state)
+                                          memory=ctx.state, on_batch=masher)
         ctx.state["params"] = params
         theta, _ = split_params(params)
-        x, y = mashed_ego_graphs(view, ctx.trainer.model, theta, self.setup.num_classes,
-                                 self.setup.batch_size or 32, self.options)
+        x, y = masher.result() if masher else mashed_ego_graphs(
+            view, model, theta, classes, self.setup.batch_size or 32, self.options)
         tensors = with_prefix(theta, REDUCTION)
         tensors.update(mashed_x=x, mashed_y=y)
         return self.reply(tensors, ctx, stats)

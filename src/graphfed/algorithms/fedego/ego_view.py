@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.func import functional_call
 
-from graphfed.algorithms.fedego.options import FedEgoOptions
+from graphfed.algorithms.fedego.options import FedEgoOptions, split_params
 from graphfed.data.sampling import NeighbourSampler
 from graphfed.models.ego import mash, tree_size
 from graphfed.tensors import Params
@@ -19,10 +19,12 @@ from graphfed.training.batches import PreparedNodeClient
 
 class TreeBatch:
     """A batch of ego-trees; the loss is taken at the centres. ``x`` is either the trees'
-    embeddings (trees, size, h) or distinct raw node features that ``positions`` index."""
+    embeddings (trees, size, h) or distinct raw node features that ``positions`` index, the
+    features of the client's nodes ``rows``."""
 
-    def __init__(self, x: Tensor, targets: Tensor, positions: Tensor | None = None):
-        self.x, self.targets, self.positions = x, targets, positions
+    def __init__(self, x: Tensor, targets: Tensor, positions: Tensor | None = None,
+                 rows: Tensor | None = None):
+        self.x, self.targets, self.positions, self.rows = x, targets, positions, rows
 
     def forward(self, model, call) -> Tensor:
         kwargs = {} if self.positions is None else {"positions": self.positions}
@@ -46,7 +48,7 @@ class EgoView:
 
     def trees(self, centres: Tensor, targets: Tensor) -> TreeBatch:
         distinct, positions = self.sample(centres).unique(return_inverse=True)
-        return TreeBatch(self.data.x[distinct], targets, positions)
+        return TreeBatch(self.data.x[distinct], targets, positions, distinct)
 
     def sample(self, centres: Tensor) -> Tensor:
         """Aligned ego-trees of FedEgo's shape around ``centres``, (len(centres), size)."""
@@ -78,34 +80,67 @@ def ego_view(data: PreparedNodeClient, options: FedEgoOptions, cache: dict[str, 
     return cache[key]
 
 
-@torch.no_grad()
-def mashed_ego_graphs(view: EgoView, model, theta: Params, num_classes: int, batch_size: int,
-                      options: FedEgoOptions) -> tuple[Tensor, Tensor]:
-    """The upload: one mashed ego-graph per batch of training centres, (M, size, h) embeddings
-    and (M, size, C) soft labels, from the post-training Θ_i in eval mode."""
-    data = view.data
-    if options.ego:  # every node's reduced embedding, read at each tree position
-        reduced = F.relu(functional_call(model.reduction, theta, (data.x,)))
-    index = data.index["train"]
-    index = index[torch.randperm(len(index), device=index.device)]
-    embeddings, labels = [], []
-    for chunk in index.split(batch_size):
-        nodes = view.sample(chunk)  # (b, size), aligned by position
-        if options.ego:
-            values, onehot = reduced[nodes], F.one_hot(data.y[nodes], num_classes).float()
-        else:  # w/o EGO: the centres' embeddings from the SAGE reduction, no structure
-            values = functional_call(model.reduction, theta, (data.x[nodes],)).unsqueeze(1)
-            onehot = F.one_hot(data.y[chunk], num_classes).float().unsqueeze(1)
-        if options.mixup:
-            embeddings.append(mash(values))
-            labels.append(mash(onehot))
-        else:
-            embeddings.append(values[0])
-            labels.append(onehot[0])
-    x, y = torch.stack(embeddings), torch.stack(labels)
+def _tree_values(model, theta: Params, x: Tensor, positions: Tensor, labels: Tensor,
+                 num_classes: int, options: FedEgoOptions,
+                 reduced: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Aligned trees ``positions`` (b, size) over node rows ``x`` (labels ``labels``): their
+    reduction embeddings r_v = Θ(x_v) (b, size, h) and one-hot labels (b, size, C); w/o EGO the
+    centres' embeddings from the SAGE reduction and labels (b, 1, ·), no structure."""
+    if options.ego:
+        if reduced is None:
+            reduced = F.relu(functional_call(model.reduction, theta, (x,)))
+        return reduced[positions], F.one_hot(labels[positions], num_classes).float()
+    values = functional_call(model.reduction, theta, (x[positions],)).unsqueeze(1)
+    return values, F.one_hot(labels[positions[:, 0]], num_classes).float().unsqueeze(1)
+
+
+def _mashed(values: Tensor, onehot: Tensor, options: FedEgoOptions) -> tuple[Tensor, Tensor]:
+    """One upload from a batch of aligned trees: their mean at every position (Mixup, Eq. 8),
+    or w/o Mixup the batch's first tree."""
+    return (mash(values), mash(onehot)) if options.mixup else (values[0], onehot[0])
+
+
+def _stacked(uploads: list[tuple[Tensor, Tensor]], options: FedEgoOptions
+             ) -> tuple[Tensor, Tensor]:
+    x, y = (torch.stack(t) for t in zip(*uploads, strict=True))
     if options.noise_sigma > 0:
         x = x + options.noise_sigma * torch.randn_like(x)
     return x, y
+
+
+@torch.no_grad()
+def mashed_ego_graphs(view: EgoView, model, theta: Params, num_classes: int, batch_size: int,
+                      options: FedEgoOptions) -> tuple[Tensor, Tensor]:
+    """The upload as FedEgo's code builds it: one mashed ego-graph per batch of all training
+    centres, (M, size, h) embeddings and (M, size, C) soft labels, from the post-training Θ_i
+    in eval mode."""
+    data = view.data
+    reduced = F.relu(functional_call(model.reduction, theta, (data.x,))) if options.ego else None
+    index = data.index["train"]
+    index = index[torch.randperm(len(index), device=index.device)]
+    return _stacked([_mashed(*_tree_values(model, theta, data.x, view.sample(chunk), data.y,
+                                           num_classes, options, reduced), options)
+                     for chunk in index.split(batch_size)], options)
+
+
+class TrainingBatchMasher:
+    """The upload as the paper's Algorithm 1 (lines 5-12) builds it: a trainer hook that mashes
+    every training batch of every epoch, with the Θ_i that batch is trained under."""
+
+    def __init__(self, view: EgoView, model, num_classes: int, options: FedEgoOptions):
+        self.view, self.model, self.num_classes, self.options = view, model, num_classes, options
+        self.uploads: list[tuple[Tensor, Tensor]] = []
+
+    @torch.no_grad()
+    def __call__(self, live: Params, batch: TreeBatch) -> None:
+        theta = split_params(live)[0]
+        labels = self.view.data.y[batch.rows]
+        self.uploads.append(_mashed(*_tree_values(self.model, theta, batch.x, batch.positions,
+                                                  labels, self.num_classes, self.options),
+                                    self.options))
+
+    def result(self) -> tuple[Tensor, Tensor]:
+        return _stacked(self.uploads, self.options)
 
 
 def label_distribution(y: Tensor, num_classes: int) -> Tensor:

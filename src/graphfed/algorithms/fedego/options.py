@@ -24,6 +24,24 @@ class FedEgoOptions(AlgorithmOptions):
                         "the batch's first ego-graph (FedEgo w/o Mixup)")
     linear: bool = Field(False, description="no activation between the SAGE layers "
                          "(FedEgo-Linear)")
+    linear_last_relu: bool = Field(
+        True, description="with linear: keep the ReLU after the last SAGE layer (code, "
+        "models.py GNNLayer) or drop it, no activation at all (paper §4.1.3, Eq. 9 and "
+        "Theorem 4.1)")
+    sage_weights: Literal["separate", "shared"] = Field(
+        "separate", description="SAGE layers: PyG SAGEConv, a biased W_l on the neighbour mean "
+        "and a W_r on the node (code, models.py) or one bias-free W on both, "
+        "W (p_v + mean p_u) (paper Eq. 9)")
+    mash_from: Literal["after_training", "training_batches"] = Field(
+        "after_training", description="mashed ego-graphs from fresh batches of all training "
+        "nodes after the local epochs, with the trained Θ_i in eval mode (code, Client.py "
+        "getShareBatch after supervisedTrain) or from every training batch of every epoch "
+        "with the Θ_i of that step (paper Algorithm 1, lines 5-12)")
+    label_distribution_from: Literal["all", "train"] = Field(
+        "all", description="the client's P_i for λ_i from all its nodes' labels, local test "
+        "nodes included (code, Client.py setLamb) or from its training nodes only (ours: "
+        "the paper's Eq. 3 says 'local dataset' and does not settle whether test labels "
+        "count)")
     average_reduction: bool = Field(True, description="average Θ (false: FedEgo w/o RL)")
     lambda_mode: Literal["adaptive", "fixed"] = "adaptive"
     lambda_value: float = Field(0.5, ge=0.0, le=1.0, description="λ when lambda_mode=fixed "
@@ -32,8 +50,10 @@ class FedEgoOptions(AlgorithmOptions):
     noise_sigma: float = Field(0.0, ge=0.0, description="Gaussian noise std added to uploaded "
                                "mashed embeddings")
     server_epochs: int = Field(5, ge=0)
-    server_fraction: float = Field(0.2, gt=0.0, le=1.0, description="share of mashed centres "
-                                   "each server epoch trains on")
+    server_fraction: float = Field(
+        0.2, gt=0.0, le=1.0, description="share of the mashed graphs each server epoch trains "
+        "on: 0.2 (code, Server.py) or 1.0, every uploaded graph (paper Algorithm 1, lines "
+        "24-32)")
     server_lr: float = Field(3e-4, gt=0.0)
     server_resample: bool = Field(False, description="resample each mashed tree's children with "
                                   "replacement on the server, as FedEgo's code does")

@@ -36,7 +36,8 @@ class FedEgoServer(Server):
         self.size = tree_size(o.hops, o.fanout) if o.ego else 1
         layers = len({k.split(".")[1] for k in self.phi if k.startswith("convs.")})
         module = (PersonalLayers(hidden, setup.num_classes, layers, linear=o.linear,
-                                 fanout=o.fanout) if o.ego
+                                 fanout=o.fanout, shared=o.sage_weights == "shared",
+                                 last_activation=o.linear_last_relu) if o.ego
                   else PersonalMLP(hidden, setup.num_classes))
         module = module.to(self.phi["classifier.weight"].device)
         self.trainer = Trainer(module, OptimizerOptions(lr=self.options.server_lr,

@@ -15,9 +15,9 @@ class FGFLClient(RewardClient):
     def _vocabulary(self, ctx):
         """The client's motif vocabulary: rebuilt from its training graphs where needed."""
         if "motifs" not in ctx.cache:
-            ctx.cache["motifs"] = build_vocabulary(ctx.data.graphs["train"],
-                                                   self.options.keep_fraction,
-                                                   self.options.max_ring)
+            o = self.options
+            ctx.cache["motifs"] = build_vocabulary(ctx.data.graphs["train"], o.keep_fraction,
+                                                   o.max_ring, o.tfidf_one)
         return ctx.cache["motifs"]
 
     def answer_setup(self, message, ctx):
@@ -26,8 +26,9 @@ class FGFLClient(RewardClient):
         if self.options.use_prototypes:
             embedding = ctx.trainer.embed(self.setup.initial_params, ctx.data)
             prototypes, _ = motif_means(embedding, vocabulary.membership.to(embedding.device))
-            tensors["prototypes"] = (prototypes / prototypes.norm(dim=1, keepdim=True
-                                                                  ).clamp_min(1.0)).float()
+            if self.options.initial_proto_norm == "clip_unit":
+                prototypes = prototypes / prototypes.norm(dim=1, keepdim=True).clamp_min(1.0)
+            tensors["prototypes"] = prototypes.float()
         return Message(tensors=tensors)
 
     def batch_loss(self, message, ctx):

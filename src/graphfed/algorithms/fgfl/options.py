@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field
 
 from graphfed.algorithms.rewards.base import RewardOptions
+from graphfed.data.motifs import TfidfOne
 
 
 class FGFLOptions(RewardOptions):
@@ -16,19 +17,43 @@ class FGFLOptions(RewardOptions):
     proto_weight: float = Field(0.1, ge=0.0, description="lambda of the prototype regulariser")
     budget: float = Field(1.0, gt=0.0, description="payoff budget B per round")
     keep_fraction: float = Field(0.9, gt=0.0, le=1.0, description="beta_s of TF-IDF filtering")
-    max_ring: int = Field(4, ge=3, le=4, description="longest ring kept as a motif")
-    value_update: Literal["additive", "ema"] = "additive"
+    max_ring: int = Field(
+        4, ge=3, description="longest cycle kept as a ring motif. Code: 4 (client.py "
+        "motif_construction; its filter removes from the list it loops over, so a few longer "
+        "cycles survive). Paper: no cap (App. Def. 5: every cycle); a large value, e.g. 1000, "
+        "keeps every cycle of the cycle basis")
+    tfidf_one: TfidfOne = Field(
+        "in_idf", description="where TF-IDF's +1 sits. in_idf (code, client.py "
+        "motif_construction): count * (log((1+|D|)/(1+n_k)) + 1); after_count (paper Eq. 16 "
+        "as printed): count * log((1+|D|)/(1+n_k)) + 1")
+    value_update: Literal["additive", "ema"] = Field(
+        "additive", description="additive (paper Eq. 10) or r <- 0.95 r + 0.05 phi (code's "
+        "reputation loops in training.py)")
     use_alignment: bool = Field(True, description="ablation: drop phi from Eq. 10")
     use_diversity: bool = Field(True, description="ablation: alpha2 = 0")
     value_weighted_agg: bool = Field(True, description="ablation: size-weighted aggregate")
     use_prototypes: bool = Field(True, description="ablation: no prototypes, lambda = 0")
-    proto_distance: Literal["mse", "l2"] = "mse"
-    proto_reduce: Literal["mean", "sum"] = "mean"
-    proto_scope: Literal["batch", "dataset"] = "batch"
+    proto_distance: Literal["mse", "l2"] = Field(
+        "mse", description="prototype distance in Eq. 14: mse over the 64 dimensions (code, "
+        "client.py prototype_train) or the L2 norm (paper Eq. 14/18)")
+    proto_reduce: Literal["mean", "sum"] = Field(
+        "mean", description="over motifs: mean (code) or sum (paper Eq. 14/18)")
+    proto_scope: Literal["batch", "dataset"] = Field(
+        "batch", description="local prototypes of the regulariser from the mini-batch's graphs "
+        "(code) or from all the agent's training graphs (paper Eq. 11, recomputed each step)")
     proto_from_train_pass: bool = Field(
-        False, description="prototypes from embeddings seen during training (code) instead of "
-        "an eval-mode pass after it")
-    proto_weights: Literal["value", "per_motif_rep"] = "value"
-    init_proto: Literal["mean", "count_weighted", "count_weighted_paper_eq19"] = "count_weighted"
+        False, description="uploaded prototypes from embeddings seen during training (code) "
+        "instead of an eval-mode pass after it (paper Eq. 11 with the trained omega)")
+    proto_weights: Literal["value", "per_motif_rep"] = Field(
+        "value", description="prototype weights: ReLU(value) (paper Eq. 12) or per-motif "
+        "reputations (code, server.py)")
+    init_proto: Literal["mean", "count_weighted", "count_weighted_paper_eq19"] = Field(
+        "count_weighted", description="round-0 global prototypes. mean: Eq. 12 at r0 = 1/N "
+        "(paper, main text); count_weighted_paper_eq19: weighted by motif graph counts with "
+        "Eq. 19's extra 1/|N_k| (paper App. Eq. 19 and code, server.py aggregate_prototype); "
+        "count_weighted: the same without 1/|N_k| (the spec's reading, neither)")
+    initial_proto_norm: Literal["clip_unit", "none"] = Field(
+        "clip_unit", description="setup prototypes divided by max(norm, 1) (code, client.py "
+        "prototype_update) or sent as Eq. 11 gives them (paper)")
     exact_shapley: bool = Field(
         False, description="also compute the exact gradient-Shapley value (2^N coalitions)")

@@ -45,7 +45,7 @@ class FGFLServer(RewardServer):
         keys = {}
         for c, m in sorted(replies.items()):
             enc, counts = m.tensors.get("motif_keys"), m.tensors.get("motif_counts")
-            if enc is None or enc.dim() != 2 or enc.shape[1] != KEY_WIDTH or counts is None \
+            if enc is None or enc.dim() != 2 or enc.shape[1] < KEY_WIDTH or counts is None \
                     or counts.shape != (enc.shape[0],):
                 raise MessageError(f"client {c}: malformed motif vocabulary")
             keys[c] = decode_keys(enc)

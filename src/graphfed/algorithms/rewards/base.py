@@ -48,14 +48,19 @@ class RewardOptions(AlgorithmOptions):
     shared_params: SharedScope = Field(
         "all", description="exchanged parameters: all, or the message-passing layers only")
     normalize_update: NormalizeMode = Field(
-        "unit", description="uploaded update: unit norm (code), clipped to clip_bound, or raw")
+        "unit", description="uploaded update: unit norm u / (|u| + 1e-7) (the CGSV, RFFL and "
+        "FGFL codes; FGFL's training.py run_reput), clipped to clip_bound, or none: the raw "
+        "update (FGFL's paper, Eqs. 9 and 13)")
     clip_bound: float = Field(1.0, gt=0.0, description="norm bound of normalize_update=clip")
     mask_mode: MaskMode = Field("all", description="top-k over the whole vector or per tensor")
     sparsify_reward: bool = Field(True, description="false: every agent gets the full aggregate")
     reward_apply: Literal["add_to_local", "reset_then_add", "discard"] = Field(
-        "add_to_local", description="add the reward to the trained model, or to the model the "
-        "round started from; discard: sent but never applied, as in FGFL's code, whose "
-        "W[k] = W[k] + reward rebinds a dict entry and leaves the model's weights alone")
+        "add_to_local", description="add_to_local: the reward is added to the agent's trained "
+        "model (the RFFL/CGSV reference codes' convention); reset_then_add: to the model the "
+        "round started from, so agents that all receive the full aggregate move together, "
+        "the reading under which FGFL's beta = inf is vanilla FL (paper §3.1, Eq. 4); discard: "
+        "sent but never applied, as in FGFL's code, whose W[k] = W[k] + reward (training.py) "
+        "rebinds a dict entry and leaves the model's weights alone")
     own_step: Literal["raw", "normalized"] = Field(
         "raw", description="the agent keeps its raw local step, or its normalised update")
     global_model: Literal["accumulate", "mean_of_agents"] = Field(
