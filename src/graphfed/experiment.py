@@ -35,6 +35,7 @@ from graphfed.progress import RoundProgress
 from graphfed.protocol import SERVER_DEVICE, Server
 from graphfed.runtime.base import Runtime
 from graphfed.runtime.simulation import SimulationRuntime
+from graphfed.serialization import graph_classes, safe_load
 from graphfed.tensors import move_tensors
 from graphfed.training import PreparedClient, Trainer
 
@@ -118,8 +119,9 @@ def build_federation(config: ExperimentConfig, seed: int,
 # ---------------------------------------------------------------- checkpoints
 
 def _rng_state() -> dict:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(),
-             "torch": torch.get_rng_state()}
+    name, keys, position, has_gauss, gauss = np.random.get_state()
+    state = {"python": random.getstate(), "torch": torch.get_rng_state(),
+             "numpy": (name, torch.from_numpy(keys.astype(np.int64)), position, has_gauss, gauss)}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -127,7 +129,8 @@ def _rng_state() -> dict:
 
 def _set_rng_state(state: dict) -> None:
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    name, keys, position, has_gauss, gauss = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), position, has_gauss, gauss))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -142,7 +145,7 @@ def save_checkpoint(path: Path, fed: Federation, rnd: int, seconds: float) -> No
 
 
 def load_checkpoint(path: Path, fed: Federation) -> tuple[int, float]:
-    state = torch.load(path, weights_only=False, map_location="cpu")
+    state = safe_load(path, "checkpoint", graph_classes(), map_location="cpu")
     fed.runtime.server.load_state_dict(state["server"])
     fed.runtime.load_state_dict(state["runtime"])
     _set_rng_state(state["rng"])

@@ -28,6 +28,7 @@ from graphfed.data.partition import (
 from graphfed.data.partition.fedego import renumbered_graph
 from graphfed.data.partition.graph import flip_edges
 from graphfed.data.partition.plan import TRAIN, SplitPlan
+from graphfed.serialization import safe_load
 
 SPLITS = ("train", "val", "test")
 ARTIFACT_VERSION = 1
@@ -182,7 +183,7 @@ def load_or_build_partition(data: GraphDataset, options: PartitionBase, num_clie
     params = partition_params(data.name, dataset_options, options, num_clients, seed)
     path = artifact_path(partition_id(params))
     if path.exists():
-        artifact = torch.load(path, weights_only=False)
+        artifact = safe_load(path, "partition artifact", [PartitionArtifact])
         if artifact.params == params:
             return artifact
     artifact = build_partition(data, options, num_clients, seed, dataset_options)

@@ -33,6 +33,7 @@ from graphfed.flower.owner import OwnerData, load_owner
 from graphfed.protocol import Client, ClientContext
 from graphfed.runtime import records
 from graphfed.runtime.base import answer_on_client, seeded_call
+from graphfed.serialization import graph_classes, safe_load
 
 log = logging.getLogger("graphfed.runtime.flower")
 STATE = "graphfed-state"
@@ -93,7 +94,7 @@ def _node(config_text: str, seed: int, source: str) -> Node:
 def _load_state(context: Context, seed: int) -> dict[str, Any]:
     record = context.state.config_records.get(STATE)
     blob = None if record is None else record.get(f"seed-{seed}")
-    return {} if blob is None else torch.load(io.BytesIO(blob), weights_only=False)
+    return {} if blob is None else safe_load(bytes(blob), "client state", graph_classes())
 
 
 def _save_state(context: Context, seed: int, state: dict[str, Any]) -> None:

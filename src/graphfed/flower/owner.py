@@ -10,7 +10,8 @@ import torch
 
 from graphfed.build import federated_data
 from graphfed.config import ExperimentConfig
-from graphfed.data.federated import ClientData
+from graphfed.data.federated import ClientData, GraphClient, NodeClient
+from graphfed.serialization import graph_classes, safe_load
 
 
 @dataclass
@@ -40,8 +41,10 @@ def export_partition(config: ExperimentConfig, seed: int, out: Path) -> list[Pat
 
 
 def load_owner(path: str | Path) -> OwnerData:
-    """The owner trusts its own file (it holds PyG objects, hence a full unpickle)."""
-    owner = torch.load(path, weights_only=False)
+    """An owner's file, read as data only: a swapped file cannot run code on the owner's
+    machine."""
+    owner = safe_load(Path(path), "owner file",
+                      [OwnerData, NodeClient, GraphClient, *graph_classes()])
     if not isinstance(owner, OwnerData):
         raise TypeError(f"{path} is not a graphfed owner file (graphfed federation export)")
     return owner

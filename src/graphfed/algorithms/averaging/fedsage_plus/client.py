@@ -31,13 +31,13 @@ class FedSagePlusClient(FedAvgClient):
     generator and trains / evaluates the classifier on the mended graph."""
 
     def _impaired(self, ctx) -> Impaired:
-        device = ctx.data.x.device
+        """The client's impaired graph; hiding is a random draw, so it is state, kept as plain
+        tensors (a checkpoint holds data only, and a resume puts them on the device)."""
         if IMPAIRED not in ctx.state:
             o = self.options
-            ctx.state[IMPAIRED] = hide_nodes(ctx.data.graph, o.hide_portion, o.num_pred)
-        if ctx.state[IMPAIRED].x.device != device:  # e.g. after a resume (loaded on the CPU)
-            ctx.state[IMPAIRED] = ctx.state[IMPAIRED].to(device)
-        return ctx.state[IMPAIRED]
+            ctx.state[IMPAIRED] = vars(hide_nodes(ctx.data.graph, o.hide_portion, o.num_pred)
+                                       .to(ctx.data.x.device))
+        return Impaired(**ctx.state[IMPAIRED])
 
     def _gen_reply(self, params, ctx) -> tuple[dict[str, Tensor], dict]:
         data = self._impaired(ctx)

@@ -1,0 +1,91 @@
+"""Nothing graphfed reads from its own files runs code: a crafted pickle in a checkpoint, a
+partition artifact, an owner file or a Flower node's stored state is refused, unexecuted."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+import torch
+
+from graphfed.config import load_config
+from graphfed.data.federated import artifact_path
+from graphfed.errors import GraphfedError
+from graphfed.experiment import build_federation, load_checkpoint, save_checkpoint
+from graphfed.flower.owner import export_partition, load_owner
+from graphfed.serialization import graph_classes, safe_load
+from tests.conftest import require
+
+CORA = ["dataset=Cora", "num_clients=3", "partition=metis", "device=cpu"]
+
+
+class Payload:
+    """Unpickling this calls ``Path.touch`` on ``marker``: what an attacker's file would do."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return Path.touch, (self.marker,)
+
+
+def _crafted(path: Path, marker: Path) -> None:
+    torch.save({"round": 1, "server": Payload(marker)}, path)
+
+
+@require("Cora")
+def test_checkpoints_round_trip_and_a_crafted_one_is_refused_unrun(tmp_path):
+    config = load_config(None, [*CORA, "algorithm=fedsage+", "fedsage+.gen_rounds=1",
+                                "fedsage+.fgen_hidden=[8]"])
+    fed = build_federation(config, 0)
+    fed.setup()
+    fed.fit_round(1)  # the client states now hold a mended graph (PyG Data) and tensors
+    path = tmp_path / "checkpoint.pt"
+    save_checkpoint(path, fed, 1, 1.0)
+    assert load_checkpoint(path, build_federation(config, 0)) == (1, 1.0)
+    marker = tmp_path / "ran"
+    _crafted(path, marker)
+    with pytest.raises(GraphfedError, match=r"checkpoint .*nothing in it was run"):
+        load_checkpoint(path, fed)
+    assert not marker.exists()
+
+
+@require("Cora")
+def test_a_crafted_partition_artifact_is_refused_unrun(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRAPHFED_CACHE", str(tmp_path / "cache"))
+    from graphfed.build import federated_data
+
+    config = load_config(None, CORA)
+    data = federated_data(config, 0)  # builds and saves the artifact
+    assert federated_data(config, 0).partition_id == data.partition_id  # and reads it back
+    marker = tmp_path / "ran"
+    _crafted(artifact_path(data.partition_id), marker)
+    with pytest.raises(GraphfedError, match="partition artifact"):
+        federated_data(config, 0)
+    assert not marker.exists()
+
+
+@require("Cora")
+def test_owner_files_load_and_a_swapped_one_is_refused_unrun(tmp_path):
+    files = export_partition(load_config(None, CORA), 0, tmp_path / "owners")
+    owner = load_owner(files[1])
+    assert owner.client_id == 1 and owner.data.graph.num_nodes > 0
+    marker = tmp_path / "ran"
+    _crafted(files[1], marker)
+    with pytest.raises(GraphfedError, match="owner file"):
+        load_owner(files[1])
+    assert not marker.exists()
+
+
+def test_stored_client_state_bytes_are_data_only(tmp_path):
+    buffer = io.BytesIO()
+    torch.save({"params": {"w": torch.ones(2)}}, buffer)
+    state = safe_load(buffer.getvalue(), "client state", graph_classes())
+    assert torch.equal(state["params"]["w"], torch.ones(2))
+    marker = tmp_path / "ran"
+    buffer = io.BytesIO()
+    torch.save({"params": Payload(marker)}, buffer)
+    with pytest.raises(GraphfedError, match=r"received state .*nothing in it was run"):
+        safe_load(buffer.getvalue(), "client state", graph_classes())
+    assert not marker.exists()
