@@ -104,6 +104,14 @@ def _modules() -> dict[str, str]:
     return found
 
 
+def module_path(name: str) -> str:
+    """The dotted module ``name`` is registered in (``GraphfedError`` when there is none)."""
+    found = _modules().get(module_name(name))
+    if found is None:
+        raise GraphfedError(f"no module {module_name(name)}.py under graphfed.algorithms")
+    return found
+
+
 def load_all() -> dict[str, Algorithm]:
     """Import every algorithm module (registering each); returns the registry."""
     for dotted in _modules().values():
@@ -115,7 +123,7 @@ def get_algorithm(name: str) -> Algorithm:
     """The algorithm registered as ``name`` (or an alias of it)."""
     name = ALIASES.get(name, name)
     if name not in REGISTRY and module_name(name) in _modules():
-        importlib.import_module(_modules()[module_name(name)])
+        importlib.import_module(module_path(name))
     if name not in REGISTRY:
         load_all()
         name = ALIASES.get(name, name)

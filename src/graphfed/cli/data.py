@@ -10,8 +10,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from graphfed.cli.common import console, fail, fmt, split_args
-from graphfed.errors import GraphfedError
+from graphfed.cli.common import console, fmt, readable, split_args
 
 
 def datasets() -> None:
@@ -33,6 +32,7 @@ def datasets() -> None:
     console.print(table)
 
 
+@readable
 def partition(
     args: Annotated[list[str] | None, typer.Argument(help="CONFIG.yaml and key=value overrides")
                     ] = None,
@@ -45,12 +45,9 @@ def partition(
     from graphfed.config import load_config
     from graphfed.data.stats import client_stats, label_counts, plot_label_distribution
 
-    try:
-        config_path, overrides = split_args(args or [])
-        config = load_config(config_path, overrides)
-        data = federated_data(config, config.run_seeds[0])
-    except GraphfedError as e:
-        fail(str(e))
+    config_path, overrides = split_args(args or [])
+    config = load_config(config_path, overrides)
+    data = federated_data(config, config.run_seeds[0])
     rows = client_stats(data)
     shared = (None if data.global_test is None
               else label_counts(data.global_test, data.num_classes))  # a skewed one shows here

@@ -8,8 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from graphfed.cli.common import console, fail
-from graphfed.errors import GraphfedError
+from graphfed.cli.common import console, readable
 
 HEADERS = {"test_acc": "test acc", "global_test_acc": "global acc",
            "test_macro_f1": "macro-F1", "bytes_total": "MiB", "gradient_fairness": "fairness"}
@@ -24,6 +23,7 @@ def _cell(key: str, stats: tuple[float, float]) -> str:
     return f"{mean:.{digits}f}" + (f" ± {std:.{digits}f}" if std else "")
 
 
+@readable
 def report(
     run_dirs: Annotated[list[Path], typer.Argument(help="finished run directories")],
     plot: Annotated[Path | None, typer.Option(help="where to save the accuracy-vs-round plot "
@@ -34,10 +34,7 @@ def report(
     """Print a mean ± std table over seeds and save accuracy-vs-round plots."""
     from graphfed.report import TABLE_METRICS, load_run, plot_curves, summary_rows
 
-    try:
-        runs = [load_run(d) for d in run_dirs]
-    except GraphfedError as e:
-        fail(str(e))
+    runs = [load_run(d) for d in run_dirs]
     rows = summary_rows(runs)
     table = Table(title="graphfed report (mean ± std over seeds)")
     table.add_column("run", overflow="fold")  # the whole name, wrapped: runs differ at the end

@@ -9,10 +9,10 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from graphfed.cli.common import console, errors, fail
-from graphfed.errors import GraphfedError
+from graphfed.cli.common import console, errors, readable
 
 
+@readable
 def reproduce(
     name: Annotated[str | None, typer.Argument(help="preset, e.g. fgfl-table2 (--list shows all)")
                     ] = None,
@@ -48,12 +48,9 @@ def reproduce(
         return
     def split(text):
         return ([t.strip() for t in text.split(",") if t.strip()] if text else None)
-    try:
-        out_dir, rows, skipped = run_preset(name, split(methods), split(datasets), seeds, quick,
-                                            out, progress=not quiet, fairness_on=fairness_on,
-                                            overrides=tuple(set_ or ()), selector=select)
-    except GraphfedError as e:
-        fail(str(e))
+    out_dir, rows, skipped = run_preset(name, split(methods), split(datasets), seeds, quick,
+                                        out, progress=not quiet, fairness_on=fairness_on,
+                                        overrides=tuple(set_ or ()), selector=select)
     table = Table(title=f"{name}: ours (mean ± std) beside the paper")
     for col in ("method", "dataset", "metric", "ours", "paper", "select"):
         table.add_column(col)

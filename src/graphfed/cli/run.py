@@ -7,10 +7,10 @@ from typing import Annotated
 
 import typer
 
-from graphfed.cli.common import console, errors, fail, print_final, split_args
-from graphfed.errors import GraphfedError
+from graphfed.cli.common import console, errors, fail, print_final, readable, split_args
 
 
+@readable
 def run(
     args: Annotated[list[str] | None, typer.Argument(
         help="CONFIG.yaml followed by key=value overrides (e.g. rounds=50 fedprox.mu=0.1)")] = None,
@@ -39,8 +39,6 @@ def run(
             config_path, overrides = split_args(args or [])
             config = load_config(config_path, overrides)
             run_dir, summary = launch_run(config, out, progress=not quiet)
-    except GraphfedError as e:
-        fail(str(e))
     except RoundFailed as e:
         errors.print(f"[bold red]run stopped:[/] {e}; resume with --resume RUN_DIR once fixed",
                      highlight=False, soft_wrap=True)

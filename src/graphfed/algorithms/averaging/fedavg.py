@@ -8,6 +8,7 @@ from pydantic import Field
 from graphfed.algorithms.registry import Algorithm, register
 from graphfed.mechanisms.aggregation import weighted_average
 from graphfed.protocol import (
+    NUM_SAMPLES,
     AlgorithmOptions,
     Client,
     ClientContext,
@@ -38,13 +39,13 @@ class FedAvgServer(Server):
         return {c: message for c in clients}
 
     def reply_spec(self, client):
-        return spec_of(self.params), ("num_samples",)
+        return spec_of(self.params), (NUM_SAMPLES,)
 
     def aggregate_fit(self, rnd, replies):
         if not replies:
             return
         weighted = getattr(self.setup.options, "weighted", True)
-        weights = [float(m.scalars["num_samples"]) if weighted else 1.0
+        weights = [float(m.scalars[NUM_SAMPLES]) if weighted else 1.0
                    for m in replies.values()]
         self.params = weighted_average([m.tensors for m in replies.values()], weights)
 
@@ -62,8 +63,7 @@ class FedAvgClient(Client):
 
     def fit(self, message, ctx: ClientContext):
         params, stats = self.local_train(message.tensors, ctx, self.extra_loss(message.tensors))
-        return Message(tensors=params, scalars={"num_samples": ctx.data.num_samples("train"),
-                                                "train_loss": stats.loss})
+        return self.reply(params, ctx, stats)
 
     def evaluate(self, message, ctx):
         return self.evaluate_params(message.tensors, ctx)

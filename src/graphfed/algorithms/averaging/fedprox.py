@@ -16,7 +16,6 @@ from pydantic import Field
 
 from graphfed.algorithms.averaging.fedavg import FedAvgClient, FedAvgOptions, FedAvgServer
 from graphfed.algorithms.registry import Algorithm, register
-from graphfed.protocol import Message
 from graphfed.tensors import Params
 
 MU_KEY = "fedprox_mu"
@@ -85,8 +84,7 @@ class FedProxClient(FedAvgClient):
                                     message.tensors, self.options.compat_detached)
         params, stats = self.local_train(message.tensors, ctx, term)
         ctx.state[MU_KEY] = term.mu
-        return Message(tensors=params, scalars={"num_samples": ctx.data.num_samples("train"),
-                                                "train_loss": stats.loss, "mu": term.mu})
+        return self.reply(params, ctx, stats, mu=term.mu)
 
 
 FEDPROX = register(Algorithm(

@@ -26,7 +26,7 @@ from torch import Tensor
 
 from graphfed.algorithms.averaging.fedavg import FedAvgClient, FedAvgOptions, FedAvgServer
 from graphfed.algorithms.registry import Algorithm, register
-from graphfed.protocol import ClientContext, Message
+from graphfed.protocol import TRAIN_LOSS, ClientContext
 from graphfed.tensors import Params
 
 
@@ -97,8 +97,7 @@ class GraphFLClient(FedAvgClient):
             optimizer.step()
             losses.append(loss)
         params = {k: v.detach() for k, v in live.items()}
-        return Message(tensors=params, scalars={"num_samples": ctx.data.num_samples("train"),
-                                                "train_loss": sum(losses) / len(losses)})
+        return self.reply(params, ctx, **{TRAIN_LOSS: sum(losses) / len(losses)})
 
     def evaluate(self, message, ctx):
         params = message.tensors

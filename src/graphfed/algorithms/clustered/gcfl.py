@@ -30,7 +30,7 @@ from graphfed.algorithms.personalized.base import PersonalClient
 from graphfed.algorithms.registry import Algorithm, register
 from graphfed.mechanisms.clustering import min_cut
 from graphfed.mechanisms.updates import add_flat, delta, shared_names
-from graphfed.protocol import AlgorithmOptions, Message, Server, Setup
+from graphfed.protocol import NUM_SAMPLES, AlgorithmOptions, Message, Server, Setup
 
 
 class GCFLOptions(AlgorithmOptions):
@@ -58,7 +58,7 @@ class GCFLServer(Server):
     configure_evaluate = configure_fit
 
     def reply_spec(self, client):
-        return {"update": ((self.dim,), torch.float32)}, ("num_samples", "fit")
+        return {"update": ((self.dim,), torch.float32)}, (NUM_SAMPLES, "fit")
 
     def split_cluster(self, rnd: int, members: list[int], updates: dict[int, torch.Tensor]
                       ) -> tuple[list[int], list[int]]:
@@ -72,7 +72,7 @@ class GCFLServer(Server):
 
     def aggregate_fit(self, rnd, replies):
         updates = {c: m.tensors["update"] for c, m in replies.items()}
-        sizes = {c: float(m.scalars["num_samples"]) for c, m in replies.items()}
+        sizes = {c: float(m.scalars[NUM_SAMPLES]) for c, m in replies.items()}
         self.record(updates)
         o = self.setup.options
         clusters = []
@@ -125,9 +125,7 @@ class GCFLClient(PersonalClient):
         # the convolutions go back to where the round started; the server's mean is added next
         ctx.state["params"] = {k: start[k] if k in self.names else v for k, v in trained.items()}
         ctx.state["fits"] = ctx.state.get("fits", 0) + 1
-        return Message({"update": update.float()},
-                       {"num_samples": ctx.data.num_samples("train"), "train_loss": stats.loss,
-                        "fit": ctx.state["fits"]})
+        return self.reply({"update": update.float()}, ctx, stats, fit=ctx.state["fits"])
 
 
 GCFL = register(Algorithm(

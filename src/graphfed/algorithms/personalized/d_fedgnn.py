@@ -29,7 +29,15 @@ from torch import Tensor
 from graphfed.algorithms.personalized.base import PersonalClient
 from graphfed.algorithms.registry import Algorithm, register
 from graphfed.mechanisms.updates import under_prefix, with_prefix
-from graphfed.protocol import AlgorithmOptions, ClientContext, Message, Server, Setup, spec_of
+from graphfed.protocol import (
+    NUM_SAMPLES,
+    AlgorithmOptions,
+    ClientContext,
+    Message,
+    Server,
+    Setup,
+    spec_of,
+)
 from graphfed.tensors import Params
 
 SIDES = ("prev", "next")
@@ -78,7 +86,7 @@ class DFedGNNServer(Server):
     configure_evaluate = configure_fit
 
     def reply_spec(self, client):
-        return spec_of(self.setup.initial_params), ("num_samples",)
+        return spec_of(self.setup.initial_params), (NUM_SAMPLES,)
 
     def aggregate_fit(self, rnd, replies):
         for c, m in replies.items():
@@ -97,8 +105,7 @@ class DFedGNNClient(PersonalClient):
     def fit(self, message, ctx):
         trained, stats = self.local_train(self.current(message, ctx), ctx)
         ctx.state["params"] = trained
-        return Message(tensors=trained, scalars={"num_samples": ctx.data.num_samples("train"),
-                                                 "train_loss": stats.loss})
+        return self.reply(trained, ctx, stats)
 
 
 DFEDGNN = register(Algorithm(

@@ -20,7 +20,7 @@ from graphfed.algorithms.personalized.base import PersonalClient
 from graphfed.algorithms.registry import Algorithm, register
 from graphfed.mechanisms.aggregation import weighted_average
 from graphfed.models.structure import build_dual_channel, structure_names
-from graphfed.protocol import AlgorithmOptions, Message, Server, Setup, spec_of
+from graphfed.protocol import NUM_SAMPLES, AlgorithmOptions, Message, Server, Setup, spec_of
 from graphfed.tensors import Params
 
 
@@ -48,13 +48,13 @@ class FedStarServer(Server):
     configure_evaluate = configure_fit
 
     def reply_spec(self, client):
-        return spec_of(self.shared), ("num_samples",)
+        return spec_of(self.shared), (NUM_SAMPLES,)
 
     def aggregate_fit(self, rnd, replies):
         if not replies:
             return
         clients = sorted(replies)
-        weights = [float(replies[c].scalars["num_samples"]) if self.setup.options.weighted
+        weights = [float(replies[c].scalars[NUM_SAMPLES]) if self.setup.options.weighted
                    else 1.0 for c in clients]
         self.shared = weighted_average([replies[c].tensors for c in clients], weights)
         total = sum(weights)
@@ -80,9 +80,7 @@ class FedStarClient(PersonalClient):
     def fit(self, message, ctx):
         trained, stats = self.local_train(self.current(message, ctx), ctx)
         ctx.state["params"] = trained
-        return Message(tensors={k: trained[k].float() for k in self.names},
-                       scalars={"num_samples": ctx.data.num_samples("train"),
-                                "train_loss": stats.loss})
+        return self.reply({k: trained[k].float() for k in self.names}, ctx, stats)
 
 
 FEDSTAR = register(Algorithm(

@@ -36,7 +36,7 @@ from graphfed.mechanisms.updates import (
     shared_names,
     unflatten,
 )
-from graphfed.protocol import AlgorithmOptions, Message, Server, Setup
+from graphfed.protocol import NUM_SAMPLES, TRAIN_LOSS, AlgorithmOptions, Message, Server, Setup
 from graphfed.tensors import Params
 
 
@@ -101,7 +101,7 @@ class RewardServer(Server):
         spec = {"update": ((self.dim,), torch.float32)}
         if self.setup.options.global_model == "mean_of_agents":
             spec["model"] = ((self.dim,), torch.float32)
-        return spec, ("num_samples",)
+        return spec, (NUM_SAMPLES,)
 
     # ------------------------------------------------------------ method hooks
     def aggregation_weights(self, clients: list[int]) -> Tensor:
@@ -122,7 +122,7 @@ class RewardServer(Server):
         clients = sorted(replies)
         updates = torch.stack([replies[c].tensors["update"].double() for c in clients])
         for c in clients:
-            self.data_sizes[c] = float(replies[c].scalars["num_samples"])
+            self.data_sizes[c] = float(replies[c].scalars[NUM_SAMPLES])
         weights = self.aggregation_weights(clients)
         aggregate = weighted_sum(updates, weights)
         alignment = torch.nn.functional.cosine_similarity(
@@ -178,7 +178,7 @@ class RewardClient(PersonalClient):
         tensors = {"update": update.float()}
         if self.options.global_model == "mean_of_agents":
             tensors["model"] = flatten(trained, self.names).float()
-        return Message(tensors=tensors, scalars={"num_samples": ctx.data.num_samples("train")})
+        return self.reply(tensors, ctx)
 
     def fit(self, message, ctx):
         start = self.current(message, ctx)
@@ -193,5 +193,5 @@ class RewardClient(PersonalClient):
         else:
             ctx.state["params"] = trained
         reply = self.upload(message, ctx, trained, update)
-        reply.scalars["train_loss"] = stats.loss
+        reply.scalars[TRAIN_LOSS] = stats.loss
         return reply

@@ -18,7 +18,7 @@ from graphfed.algorithms.averaging.fedsage_plus.messages import (
 )
 from graphfed.data.federated import NodeClient
 from graphfed.mechanisms.updates import with_prefix
-from graphfed.protocol import Message
+from graphfed.protocol import NUM_SAMPLES, TRAIN_LOSS, Message
 from graphfed.training.batches import PreparedNodeClient
 
 IMPAIRED = "fedsage+_impaired"  # state: the hiding is a random draw, kept for good
@@ -47,7 +47,7 @@ class FedSagePlusClient(FedAvgClient):
 
     def answer_setup(self, message, ctx):
         tensors, scalars = self._gen_reply(None, ctx)
-        return Message(tensors=tensors, scalars={"num_samples": scalars["num_samples_gen"],
+        return Message(tensors=tensors, scalars={NUM_SAMPLES: scalars["num_samples_gen"],
                                                  **scalars})
 
     def _view(self, ctx):
@@ -77,13 +77,13 @@ class FedSagePlusClient(FedAvgClient):
         elif gen:
             self._mend(gen, ctx)
         view = self._view(ctx)
-        out = {"num_samples": view.data.num_samples("train"), MENDED: MENDED_GRAPH in ctx.state,
+        out = {NUM_SAMPLES: view.data.num_samples("train"), MENDED: MENDED_GRAPH in ctx.state,
                **scalars}
         if train_gen and not self.options.classifier_during_gen:
             params = {k: v.clone() for k, v in classifier.items()}  # untouched this round
         else:
             params, stats = self.local_train(classifier, view)
-            out["train_loss"] = stats.loss
+            out[TRAIN_LOSS] = stats.loss
         return Message(tensors={**params, **tensors}, scalars=out)
 
     def evaluate(self, message, ctx):

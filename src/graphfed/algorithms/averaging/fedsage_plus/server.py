@@ -13,7 +13,7 @@ from graphfed.algorithms.averaging.fedsage_plus.messages import (
 )
 from graphfed.mechanisms.aggregation import weighted_average
 from graphfed.mechanisms.updates import with_prefix
-from graphfed.protocol import Message, spec_of
+from graphfed.protocol import NUM_SAMPLES, Message, spec_of
 
 
 class FedSagePlusServer(FedAvgServer):
@@ -32,7 +32,7 @@ class FedSagePlusServer(FedAvgServer):
         return {c: Message() for c in clients} if self.setup.options.gen_rounds > 0 else {}
 
     def setup_reply_spec(self, client):
-        return None, ("num_samples",)
+        return None, (NUM_SAMPLES,)
 
     def _aggregate_gen(self, replies: dict[int, Message]) -> None:
         gens = {c: split_message(m)[1] for c, m in replies.items()}
@@ -70,7 +70,7 @@ class FedSagePlusServer(FedAvgServer):
         spec = spec_of(self.params)
         if client in self.training_gen:
             spec.update({GEN + k: (tuple(v.shape), v.dtype) for k, v in self.gen.items()})
-        return spec, ("num_samples",)
+        return spec, (NUM_SAMPLES,)
 
     def aggregate_fit(self, rnd, replies):
         self.mended |= {c for c, m in replies.items() if m.scalars.get(MENDED)}
