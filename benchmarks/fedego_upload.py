@@ -14,7 +14,8 @@ from __future__ import annotations
 import argparse
 
 from graphfed.experiment import build_federation
-from graphfed.reproduce.runner import MIB, cell_config, get_preset
+from graphfed.reproduce.catalog import get_preset
+from graphfed.reproduce.runner import MIB, cell_config
 
 ROUNDS = 200  # the paper's run length, for the totals
 

@@ -13,7 +13,8 @@ import time
 
 from graphfed.config import with_overrides
 from graphfed.experiment import build_federation
-from graphfed.reproduce.runner import cell_config, get_preset, select
+from graphfed.reproduce.catalog import get_preset
+from graphfed.reproduce.runner import cell_config, select
 
 
 def main() -> None:

@@ -33,14 +33,13 @@ def reproduce(
         "best_last_10 or min_val_loss (default: the preset's)")] = None,
 ) -> None:
     """Reproduce a paper's table: run every cell, write table.csv/table.md beside the paper's."""
-    from graphfed.reproduce.preset import REGISTRY
-    from graphfed.reproduce.runner import format_ours, get_preset
+    from graphfed.reproduce.catalog import load_presets
+    from graphfed.reproduce.runner import format_ours
     from graphfed.reproduce.runner import reproduce as run_preset
     from graphfed.reproduce.selection import tag
 
     if list_presets or name is None:
-        get_preset("fgfl-table2")  # registers the built-in presets
-        for preset in REGISTRY.values():
+        for preset in load_presets().values():
             console.print(f"[bold]{preset.name}[/]: {preset.description}")
             console.print(f"  methods: {', '.join(v.method for v in preset.variants)}",
                           highlight=False, markup=False)

@@ -23,7 +23,8 @@ from graphfed.errors import GraphfedError
 from graphfed.launch import resume, run
 from graphfed.mechanisms.payoff import PAYOFF_BASELINES
 from graphfed.metrics import mean_std, pearson
-from graphfed.reproduce.preset import REGISTRY, Preset, Variant
+from graphfed.reproduce.catalog import get_preset
+from graphfed.reproduce.preset import Preset, Variant
 from graphfed.reproduce.selection import SELECTORS, check_selector, evaluated, selected_round
 
 COLUMNS = ("method", "dataset", "metric", "ours_mean", "ours_std", "paper", "select")
@@ -37,15 +38,6 @@ class Cell:
     config: ExperimentConfig | None
     run_dir: Path | None = None
     summary: dict | None = None
-
-
-def get_preset(name: str) -> Preset:
-    import graphfed.reproduce.fedego
-    import graphfed.reproduce.fgfl  # noqa: F401  (registers the FGFL presets)
-
-    if name not in REGISTRY:
-        raise GraphfedError(f"unknown preset '{name}'; available: {', '.join(sorted(REGISTRY))}")
-    return REGISTRY[name]
 
 
 def select(preset: Preset, methods: list[str] | None, datasets: list[str] | None

@@ -1,0 +1,4 @@
+"""One module per paper, each registering that paper's presets (``preset.register``).
+
+A new paper's presets are a new module here: ``catalog.load_presets`` finds it by name, with no
+list to edit."""
