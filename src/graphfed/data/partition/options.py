@@ -1,0 +1,235 @@
+"""Partition options (validated) and the one entry point that turns a description into them.
+
+A partition is described entirely by its options, the dataset and the number of clients; the same
+description always gives the same clients.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar, Literal
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+from torch_geometric.data import Data
+
+from graphfed.data.partition.fedego import label_skew_plan, louvain_plan
+from graphfed.data.partition.graph import gcfl_chunk_split, gcfl_code_split
+from graphfed.data.partition.label_skew import dirichlet_split, uniform_split
+from graphfed.data.partition.node import louvain_split, major_labels_split, metis_split
+from graphfed.data.partition.plan import SplitPlan
+from graphfed.errors import GraphfedError
+
+
+class PartitionBase(BaseModel):
+    """Options every partition shares: a global test set, the seed, perturbation."""
+
+    model_config = ConfigDict(extra="forbid")
+    levels: ClassVar[tuple[str, ...]] = ("node", "graph")
+    own_global_test: ClassVar[str | None] = None  # where a plan takes its global test from
+
+    global_test: float = Field(
+        0.0, ge=0.0, lt=1.0, description="fraction held out as a global test set")
+    seed: int | None = Field(None, description="partition seed; defaults to the run's seed")
+    edge_flip: float | list[float] | None = Field(
+        None, description="graph level: fraction of each client's training-graph edges flipped "
+        "(one value for all, or one per client)")
+
+    @field_validator("global_test")
+    @classmethod
+    def _global_test_not_planned(cls, v: float) -> float:
+        if v and cls.own_global_test:
+            raise ValueError(f"{cls.own_global_test}; leave global_test unset")
+        return v
+
+    @field_validator("edge_flip")
+    @classmethod
+    def _flip_in_range(cls, v: float | list[float] | None) -> float | list[float] | None:
+        values = v if isinstance(v, list) else [] if v is None else [v]
+        if any(not 0.0 <= r <= 1.0 for r in values):
+            raise ValueError(f"edge_flip ratios must lie in [0, 1], got {v}")
+        return v
+
+    @property
+    def has_global_test(self) -> bool:
+        return self.global_test > 0 or self.own_global_test is not None
+
+    def plan(self, graph: Data | None, num_items: int, num_clients: int, seed: int,
+             rng: np.random.Generator) -> SplitPlan:
+        """The whole split (global test, clients, their local tests) of a partition that decides
+        all of it itself (``graph``: node level only; ``num_items``: its nodes or graphs);
+        ``RatioPartition`` kinds are split by the usual path instead."""
+        raise NotImplementedError
+
+
+class RatioPartition(PartitionBase):
+    """A partition that only assigns items to clients: the global test is a random cut first,
+    and each client's items are split by the ``split`` ratios after."""
+
+    split: tuple[float, float, float] = Field(
+        (0.4, 0.3, 0.3), description="per-client train/val/test fractions (sum to 1)")
+
+    @field_validator("split")
+    @classmethod
+    def _split_sums_to_one(cls, v: tuple[float, float, float]) -> tuple[float, float, float]:
+        if any(r < 0 for r in v) or abs(sum(v) - 1.0) > 1e-6:
+            raise ValueError(f"train/val/test ratios must be non-negative and sum to 1, got {v}")
+        return v
+
+    def assign(self, labels: torch.Tensor, graph: Data | None, num_clients: int,
+               seed: int) -> list[torch.Tensor]:
+        """Client index sets over the items ``labels`` describes (``graph``: node level only)."""
+        raise NotImplementedError
+
+
+class LouvainPartition(RatioPartition):
+    levels: ClassVar[tuple[str, ...]] = ("node",)
+    name: Literal["louvain"] = "louvain"
+    mode: Literal["pack", "largest"] = Field(
+        "pack", description="pack communities into K similar-size clients, or keep the K largest")
+    resolution: float = Field(1.0, gt=0)
+
+    def assign(self, labels, graph, num_clients, seed):
+        return louvain_split(graph, num_clients, self.mode, seed, self.resolution)
+
+
+class MetisPartition(RatioPartition):
+    levels: ClassVar[tuple[str, ...]] = ("node",)
+    name: Literal["metis"] = "metis"
+
+    def assign(self, labels, graph, num_clients, seed):
+        return metis_split(graph, num_clients, seed)
+
+
+class MajorLabelsPartition(RatioPartition):
+    levels: ClassVar[tuple[str, ...]] = ("node",)
+    name: Literal["major_labels"] = "major_labels"
+    labels: int = Field(3, ge=1, description="major labels per client")
+    major_fraction: float = Field(0.8, ge=0.0, le=1.0)
+    client_size: float | None = Field(
+        None, gt=0.0, le=1.0, description="nodes per client as a fraction of the graph "
+        "(default 1/num_clients)")
+    overlap: bool = Field(False, description="clients sample the pool independently (FedEgo)")
+
+    def assign(self, labels, graph, num_clients, seed):
+        fraction = self.client_size or 1.0 / num_clients
+        size = int(graph.num_nodes * fraction)
+        return major_labels_split(labels, num_clients, self.labels, self.major_fraction, size,
+                                  np.random.default_rng(seed), self.overlap)
+
+
+class DirichletPartition(RatioPartition):
+    name: Literal["dirichlet"] = "dirichlet"
+    alpha: float = Field(0.5, gt=0.0)
+    min_size: int = Field(10, ge=1)
+
+    def assign(self, labels, graph, num_clients, seed):
+        return dirichlet_split(labels, num_clients, self.alpha, np.random.default_rng(seed),
+                               self.min_size)
+
+
+class UniformPartition(RatioPartition):
+    name: Literal["uniform"] = "uniform"
+
+    def assign(self, labels, graph, num_clients, seed):
+        return uniform_split(len(labels), num_clients, np.random.default_rng(seed))
+
+
+class GCFLChunkPartition(RatioPartition):
+    levels: ClassVar[tuple[str, ...]] = ("graph",)
+    name: Literal["gcfl_chunk"] = "gcfl_chunk"
+    chunk: int = Field(50, ge=1, description="consecutive graphs each client takes first")
+
+    def assign(self, labels, graph, num_clients, seed):
+        return gcfl_chunk_split(len(labels), num_clients, self.chunk,
+                                np.random.default_rng(seed))
+
+
+class GCFLCodePartition(PartitionBase):
+    """FGFL's code split replayed exactly (``gcfl_code_split``): 80/10/10 inside each agent."""
+
+    levels: ClassVar[tuple[str, ...]] = ("graph",)
+    own_global_test: ClassVar[str | None] = (
+        "gcfl_code takes the agents' validation graphs (10 %) as the global test set")
+    name: Literal["gcfl_code"] = "gcfl_code"
+    seed: int | None = Field(123, description="split seed; the code's 123 for every repeat")
+
+    def plan(self, graph, num_items, num_clients, seed, rng):
+        return gcfl_code_split(num_items, num_clients, seed)
+
+
+VAL_FIFTH = ("share of a client's nodes, just before its local test nodes, held out as validation "
+             "(FedEgo: a fifth; never trained on or uploaded)")
+
+
+class FedEgoLabelPartition(PartitionBase):
+    """FedEgo's label skew; ``global_test`` is α_global, ``client_size`` α_local (its code's 0.5
+    for Cora/CiteSeer), ``test_num`` the local test nodes per client."""
+
+    levels: ClassVar[tuple[str, ...]] = ("node",)
+    name: Literal["fedego_label"] = "fedego_label"
+    global_test: float = Field(0.3, ge=0.0, lt=1.0)
+    client_size: float = Field(0.5, gt=0.0, le=1.0, description="nodes per client / all nodes")
+    labels: int = Field(3, ge=1, description="major labels per client")
+    major_fraction: float = Field(0.8, ge=0.0, le=1.0)
+    test_num: int = Field(200, ge=1, description="local test nodes per client")
+    val_fraction: float = Field(0.2, ge=0.0, lt=1.0, description=VAL_FIFTH)
+
+    def plan(self, graph, num_items, num_clients, seed, rng):
+        return label_skew_plan(graph, num_clients, self.global_test, self.client_size,
+                               self.labels, self.major_fraction, self.test_num,
+                               self.val_fraction, rng)
+
+
+class FedEgoLouvainPartition(PartitionBase):
+    """FedEgo's community split into N+1 parts, part 0 the global test graph."""
+
+    levels: ClassVar[tuple[str, ...]] = ("node",)
+    own_global_test: ClassVar[str | None] = (
+        "fedego_louvain takes part 0 as the global test graph")
+    name: Literal["fedego_louvain"] = "fedego_louvain"
+    test_num: int = Field(200, ge=1, description="local test nodes per client")
+    val_fraction: float = Field(0.2, ge=0.0, lt=1.0, description=VAL_FIFTH)
+    delta: int = Field(20, ge=0, description="allowed part-size gap (its code's 20)")
+    code_misalignment: bool = Field(
+        False, description="split the graph FedEgo's code split: edges renumbered, features and "
+        "labels not (labels decoupled from structure; its Tables 4-5 come from this)")
+
+    def plan(self, graph, num_items, num_clients, seed, rng):
+        return louvain_plan(graph, num_clients, self.test_num, self.val_fraction, seed,
+                            self.delta, self.code_misalignment)
+
+
+PARTITIONS = {cls.model_fields["name"].default: cls for cls in (
+    LouvainPartition, MetisPartition, MajorLabelsPartition, DirichletPartition, UniformPartition,
+    GCFLChunkPartition, GCFLCodePartition, FedEgoLabelPartition, FedEgoLouvainPartition)}
+
+PartitionOptions = Annotated[
+    LouvainPartition | MetisPartition | MajorLabelsPartition | DirichletPartition
+    | UniformPartition | GCFLChunkPartition | GCFLCodePartition | FedEgoLabelPartition
+    | FedEgoLouvainPartition,
+    Field(discriminator="name"),
+]
+
+
+def check_partition_level(options: PartitionBase, level: str) -> None:
+    if level not in options.levels:
+        valid = [n for n, c in PARTITIONS.items() if level in c.levels]
+        raise GraphfedError(
+            f"partition '{options.name}' is for {'/'.join(options.levels)}-level datasets; "
+            f"for a {level}-level dataset use one of: {', '.join(valid)}")
+    if options.edge_flip is not None and level != "graph":
+        raise GraphfedError("partition.edge_flip applies to graph-level datasets only")
+
+
+def check_flip_length(options: PartitionBase, num_clients: int) -> None:
+    if isinstance(options.edge_flip, list) and len(options.edge_flip) != num_clients:
+        raise GraphfedError(
+            f"partition.edge_flip lists {len(options.edge_flip)} ratios for {num_clients} clients")
+
+
+def parse_partition(data: dict | str) -> PartitionBase:
+    """Validate a partition description (a name, or a dict with ``name``) into its options."""
+    if isinstance(data, str):
+        data = {"name": data}
+    return TypeAdapter(PartitionOptions).validate_python(data)
