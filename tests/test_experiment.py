@@ -7,7 +7,7 @@ import torch
 
 from graphfed.config import ConfigError, load_config
 from graphfed.experiment import build_federation, resume_experiment, run_experiment
-from graphfed.runtime.base import seeded_call
+from graphfed.seeding import seeded_call
 from graphfed.training import prepare_client
 from tests.conftest import require
 

@@ -32,7 +32,8 @@ from graphfed.config import ExperimentConfig, build_config
 from graphfed.flower.owner import OwnerData, load_owner
 from graphfed.protocol import Client, ClientContext
 from graphfed.runtime import records
-from graphfed.runtime.base import answer_on_client, seeded_call
+from graphfed.runtime.base import answer_on_client
+from graphfed.seeding import seeded_call
 from graphfed.serialization import graph_classes, safe_load
 
 log = logging.getLogger("graphfed.runtime.flower")

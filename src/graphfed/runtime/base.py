@@ -7,15 +7,12 @@ boundary (a malformed reply is dropped and logged, never aggregated), aggregate,
 from __future__ import annotations
 
 import logging
-import random
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import torch
 
 from graphfed.protocol import (
     SERVER_DEVICE,
@@ -26,35 +23,9 @@ from graphfed.protocol import (
     Server,
     check_message,
 )
+from graphfed.seeding import SERVER, seeded_call
 
 log = logging.getLogger("graphfed.runtime")
-
-
-PHASES = {"setup": 0, "fit": 1, "evaluate": 2}
-SERVER = 2**32 - 1  # the server's party id in seeded calls (clients are 0..N-1)
-
-
-@contextmanager
-def seeded_call(seed: int, rnd: int, party: int, phase: str) -> Iterator[None]:
-    """Run one party's part of a round under RNGs seeded from (run seed, round, party, phase).
-
-    A client's randomness (dropout, shuffling) then does not depend on which clients ran before
-    it, and the server's (its own training, resampling) not on what ran in its process before
-    the round, so every runtime, whatever order or process it runs parties in, gives the same
-    result. The caller's RNG states are restored afterwards.
-    """
-    words = np.random.SeedSequence([seed, rnd, party, PHASES[phase]]).generate_state(2)
-    call_seed = int(words[0]) << 32 | int(words[1])
-    py_state, np_state = random.getstate(), np.random.get_state()
-    with torch.random.fork_rng():
-        random.seed(call_seed)
-        np.random.seed(call_seed % 2**32)
-        torch.manual_seed(call_seed)
-        try:
-            yield
-        finally:
-            random.setstate(py_state)
-            np.random.set_state(np_state)
 
 
 def answer_on_client(answer: Callable[[Message, ClientContext], Any], message: Message,

@@ -4,7 +4,8 @@ receiver's device at the boundary, so no tensor is shared between the server and
 from __future__ import annotations
 
 from graphfed.protocol import Client, ClientContext, Server
-from graphfed.runtime.base import Runtime, answer_on_client, log, seeded_call
+from graphfed.runtime.base import Runtime, answer_on_client, log
+from graphfed.seeding import seeded_call
 from graphfed.tensors import move_tensors
 
 
