@@ -24,6 +24,8 @@ from torch_geometric.nn import (
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import scatter
 
+from graphfed.models.dropout import dropout
+
 ModelName = Literal["gcn", "sage", "sgc", "gat", "gin", "mlp", "mlp_sage"]
 # the task levels each model serves (SGC and the shared FedEgo layer shape read one graph's
 # nodes; GIN is FGFL/GPFL's graph-level backbone)
@@ -113,7 +115,7 @@ class NodeClassifier(nn.Module):
             return self.convs[0](x)
         inputs = _propagate_inputs(self.opts.name, edge_index, edge_weight)
         for i, conv in enumerate(self.convs):
-            x = F.dropout(x, self.opts.dropout, self.training)
+            x = dropout(x, self.opts.dropout, self.training)
             x = conv(x, *inputs)
             if i < len(self.convs) - 1:
                 x = F.relu(x)
@@ -140,10 +142,10 @@ class MlpSageClassifier(nn.Module):
         return graph.clone()
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None) -> Tensor:
-        x = F.dropout(F.relu(self.reduction(x)), self.opts.dropout, self.training)
+        x = dropout(F.relu(self.reduction(x)), self.opts.dropout, self.training)
         for conv in self.convs:
             x = F.relu(conv(x, edge_index))
-        return self.classifier(F.dropout(x, self.opts.dropout, self.training))
+        return self.classifier(dropout(x, self.opts.dropout, self.training))
 
 
 class GraphClassifier(nn.Module):
@@ -173,7 +175,7 @@ class GraphClassifier(nn.Module):
         x = self.pre(x)
         inputs = _propagate_inputs(self.opts.name, edge_index, edge_weight)
         for conv in self.convs:
-            x = F.dropout(F.relu(conv(x, *inputs)), self.opts.dropout, self.training)
+            x = dropout(F.relu(conv(x, *inputs)), self.opts.dropout, self.training)
         return self.pool(x, batch, num_graphs)
 
     def forward(self, x: Tensor, edge_index: Tensor, batch: Tensor, num_graphs: int,
@@ -181,7 +183,7 @@ class GraphClassifier(nn.Module):
                 ) -> Tensor | tuple[Tensor, Tensor]:
         """Class logits; with ``with_embedding`` also the graph embeddings they came from."""
         h = self.embed(x, edge_index, batch, num_graphs, edge_weight)
-        out = self.readout(F.dropout(F.relu(self.post(h)), self.opts.dropout, self.training))
+        out = self.readout(dropout(F.relu(self.post(h)), self.opts.dropout, self.training))
         return (out, h) if with_embedding else out
 
 

@@ -1,0 +1,225 @@
+"""Many clients' local steps trained together: the batched engine.
+
+The clients' parameters are stacked (``[K, ...]``) and one ``torch.func.vmap`` over
+``functional_call`` runs every client's forward pass at once, on its own parameters and its own
+data, zero-padded to the largest client (padding rows and edges sit on a dummy node that no loss
+reads); one backward pass gives each client its own gradient, since the objective is the sum of
+the clients' own losses; ``StackedOptimizer`` applies each client's Adam or SGD update. Clients
+with fewer mini-batches than their neighbours are masked out of the steps they do not have.
+
+Randomness is per client: its shuffling comes from a generator seeded with its own call seed,
+and its dropout masks from that seed through ``models.dropout.keyed``, so what a client draws
+does not depend on who trains beside it. With dropout off a client's result equals the
+sequential ``Trainer.train`` (same shuffles, same arithmetic up to summation order).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.func import functional_call, vmap
+
+from graphfed.models.dropout import MASK32, keyed
+from graphfed.tensors import Params
+from graphfed.training.batches import (
+    GraphBatch,
+    PreparedClient,
+    PreparedGraphClient,
+    PreparedNodeClient,
+)
+from graphfed.training.stacked_optim import StackedOptimizer
+from graphfed.training.step import LocalStep
+from graphfed.training.trainer import Trainer, TrainStats
+
+
+@dataclass
+class ClientJob:
+    """One client's step, its data and its call seed (its shuffling and dropout stream)."""
+
+    step: LocalStep
+    data: PreparedClient
+    seed: int
+
+
+def batch_refusal(trainer: Trainer, data: PreparedClient) -> str | None:
+    """Why this client's standard step cannot join a batch (None: it can)."""
+    opts = getattr(trainer.model, "opts", None)
+    if opts is None:
+        return f"{type(trainer.model).__name__} is not one of graphfed's GNN backbones"
+    if trainer.optimizer.persistent:
+        return "its optimizer state persists across rounds"
+    if opts.name == "gat" and opts.dropout > 0:
+        return "GAT's attention dropout draws from the global RNG"
+    if isinstance(data, PreparedNodeClient) and (
+            data.sampler is not None or data.sampling.train_fraction < 1.0):
+        return "it trains on sampled neighbourhoods or node subsets"
+    return None
+
+
+def _epoch_order(count: int, batch_size: int | None, generator: torch.Generator) -> Tensor:
+    """Positions one epoch visits, as ``PreparedNodeClient.epoch_nodes`` and
+    ``PreparedGraphClient.batches`` order them: shuffled only when cut into mini-batches."""
+    if batch_size is None or batch_size >= count:
+        return torch.arange(count)
+    return torch.randperm(count, generator=generator)
+
+
+def _chunks(count: int, batch_size: int | None, generator: torch.Generator) -> list[Tensor]:
+    if count == 0:
+        return []
+    order = _epoch_order(count, batch_size, generator)
+    return [order] if batch_size is None or batch_size >= count else list(order.split(batch_size))
+
+
+def _padded(rows: list[Tensor], length: int, fill: float | int = 0) -> Tensor:
+    """``rows`` (each ``[n_k, ...]``) stacked into ``[K, length, ...]``, filled past ``n_k``."""
+    out = rows[0].new_full((len(rows), length, *rows[0].shape[1:]), fill)
+    for k, row in enumerate(rows):
+        out[k, :len(row)] = row
+    return out
+
+
+class _NodeLayout:
+    """The clients' whole graphs padded once: ``[K, N + 1, d]`` features, where node N is the
+    dummy that padding edges (weight 0) point at."""
+
+    def __init__(self, clients: list[PreparedNodeClient]):
+        nodes = max(len(c.y) for c in clients)
+        self.dummy = nodes
+        self.x = _padded([c.x for c in clients], nodes + 1)
+        self.y = _padded([c.y for c in clients], nodes + 1)
+        self.edge_index = _padded([c.edge_index.t() for c in clients],
+                                  max(c.edge_index.size(1) for c in clients), nodes
+                                  ).transpose(1, 2)
+        weights = [c.edge_weight for c in clients]
+        self.edge_weight = (None if weights[0] is None
+                            else _padded(weights, self.edge_index.size(2)))
+        self.train = [c.index["train"] for c in clients]
+
+    def inputs(self) -> tuple:
+        return self.x, self.edge_index, self.edge_weight
+
+    def targets(self, chosen: list[Tensor | None], clients: int) -> tuple[Tensor, Tensor, Tensor]:
+        """Per client the positions its loss reads (padded with the dummy), their labels and
+        the mask of real ones."""
+        index = [self.train[k][c] if c is not None else self.train[k][:0]
+                 for k, c in enumerate(chosen)]
+        width = max(1, max(len(i) for i in index))
+        positions = _padded(index, width, self.dummy)
+        mask = _padded([torch.ones_like(i, dtype=torch.bool) for i in index], width, False)
+        return positions, self.y.gather(1, positions), mask
+
+
+def _graph_inputs(batches: list[GraphBatch | None], device: torch.device, feat_dim: int):
+    """One step's mini-batches of whole graphs padded to ``[K, nodes + 1, d]``; the dummy node
+    belongs to a dummy graph G (``G + 1`` graphs pooled); labels ``[K, G]`` with their mask."""
+    empty = GraphBatch(torch.zeros(0, feat_dim, device=device),
+                       torch.zeros(2, 0, dtype=torch.long, device=device), None,
+                       torch.zeros(0, dtype=torch.long, device=device), 0,
+                       torch.zeros(0, dtype=torch.long, device=device),
+                       torch.zeros(0, dtype=torch.long, device=device))
+    real = [b if b is not None else empty for b in batches]
+    nodes = max(len(b.x) for b in real)
+    graphs = max(1, max(b.num_graphs for b in real))
+    x = _padded([b.x for b in real], nodes + 1)
+    edge_index = _padded([b.edge_index.t() for b in real],
+                         max(1, max(b.edge_index.size(1) for b in real)), nodes).transpose(1, 2)
+    weighted = [b for b in batches if b is not None and b.edge_weight is not None]
+    edge_weight = (_padded([b.edge_weight if b.edge_weight is not None
+                            else torch.zeros(0, device=device) for b in real],
+                           edge_index.size(2)) if weighted else None)
+    batch = _padded([b.batch for b in real], nodes + 1, graphs)
+    y = _padded([b.y for b in real], graphs)
+    mask = _padded([torch.ones(b.num_graphs, dtype=torch.bool, device=device) for b in real],
+                   graphs, False)
+    return (x, edge_index, batch, graphs + 1, edge_weight), y, mask
+
+
+def train_together(trainer: Trainer, jobs: list[ClientJob], epochs: int,
+                   batch_size: int | None) -> list[tuple[Params, TrainStats]]:
+    """Each job's ``LocalStep`` for ``epochs``, all clients in one stacked pass per step; per
+    client the trained parameters and its ``TrainStats``, as ``Trainer.train`` returns them."""
+    model, device, clients = trainer.model, trainer.device, len(jobs)
+    live = {name: torch.stack([j.step.params[name] for j in jobs]).requires_grad_(True)
+            for name in jobs[0].step.params}
+    mu = torch.tensor([j.step.proximal_mu for j in jobs], device=device)
+    anchor = ({name: torch.stack([(j.step.anchor or j.step.params)[name] for j in jobs])
+               for name in live} if bool((mu > 0).any()) else None)
+    optimizer = StackedOptimizer(trainer.optimizer, live, clients)
+    keys = torch.tensor([j.seed & MASK32 for j in jobs], device=device)
+    generators = [torch.Generator().manual_seed(j.seed) for j in jobs]
+    node_level = isinstance(jobs[0].data, PreparedNodeClient)
+    layout = _NodeLayout([j.data for j in jobs]) if node_level else None
+    total = torch.zeros(clients, device=device)
+    samples = torch.zeros(clients, dtype=torch.long, device=device)
+    steps = torch.zeros(clients, dtype=torch.long, device=device)
+    model.train()
+    step = 0
+    for _ in range(epochs):
+        if layout is not None:
+            chunks = [_chunks(len(t), batch_size, g) for t, g in zip(layout.train, generators,
+                                                                      strict=True)]
+        else:
+            chunks = [_chunks(j.data.num_samples("train"), batch_size, g)
+                      for j, g in zip(jobs, generators, strict=True)]
+        for s in range(max(len(c) for c in chunks)):
+            chosen = [c[s].to(device) if s < len(c) else None for c in chunks]
+            active = torch.tensor([c is not None for c in chosen], device=device)
+            if layout is not None:
+                inputs = layout.inputs()
+                positions, targets, mask = layout.targets(chosen, clients)
+            else:
+                inputs, targets, mask = _graph_inputs(
+                    [_take(j.data, c, batch_size) for j, c in zip(jobs, chosen, strict=True)],
+                    device, jobs[0].data.splits["train"].x.size(1))
+                positions = None
+            logits = _forward(model, live, keys, step, inputs)
+            if positions is not None:
+                logits = logits.gather(1, positions.unsqueeze(-1).expand(-1, -1,
+                                                                        logits.size(-1)))
+            else:
+                logits = logits[:, :targets.size(1)]
+            counts = mask.sum(1)
+            losses = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1),
+                                     reduction="none").view_as(targets)
+            loss = (losses * mask).sum(1) / counts.clamp(min=1)
+            objective = loss
+            if anchor is not None:
+                objective = objective + 0.5 * mu * sum(
+                    ((live[n] - anchor[n]) ** 2).flatten(1).sum(1) for n in live)
+            (objective * active).sum().backward()
+            optimizer.step(active)
+            for p in live.values():
+                p.grad = None
+            total += loss.detach() * counts
+            samples += counts
+            steps += active
+            step += 1
+    trained = [{n: v[k].detach().clone() for n, v in live.items()} for k in range(clients)]
+    total_l, samples_l, steps_l = total.tolist(), samples.tolist(), steps.tolist()
+    return [(params, TrainStats(total_l[k] / max(samples_l[k], 1), steps_l[k], samples_l[k]))
+            for k, params in enumerate(trained)]
+
+
+def _take(data: PreparedGraphClient, chunk: Tensor | None,
+          batch_size: int | None) -> GraphBatch | None:
+    if chunk is None:
+        return None
+    graphs = data.splits["train"]
+    return graphs.all() if batch_size is None or batch_size >= graphs.num_graphs \
+        else graphs.take(chunk)
+
+
+def _forward(model, live: Params, keys: Tensor, step: int, inputs: tuple) -> Tensor:
+    """Every client's logits ``[K, ...]``: its own parameters on its own padded inputs, dropout
+    keyed by its own seed."""
+    batched = tuple(0 if isinstance(a, Tensor) else None for a in inputs)
+
+    def one(params, key, *args):
+        with keyed(key, step):
+            return functional_call(model, params, args)
+
+    return vmap(one, in_dims=(0, 0, *batched))(live, keys, *inputs)
