@@ -5,6 +5,7 @@ training data (same graphs, same batch size): the practical lower bound for a ro
 is excluded from the round time and reported separately.
 
     GRAPHFED_DATA=../shared/datasets python benchmarks/round_time.py [--repeats N] [--device cuda]
+        [--engine sequential|batched] [--cases NAME,...]
 
 On a GPU the round includes moving every message between the clients' device and the
 server's (the CPU), which the centralized epoch does not pay.
@@ -32,6 +33,10 @@ CASES = {
         "dataset=PROTEINS", "algorithm=fedavg", "model=gin", "model.hidden=64", "model.layers=3",
         "partition=dirichlet", "num_clients=10", "local_epochs=1", "batch_size=128",
         "optimizer.lr=0.001"],
+    # synthetic (CSBM, 100k nodes, 64 features), many small clients: the per-client overhead
+    "fedavg-gcn-csbm100k-100": [
+        "dataset=csbm", "csbm.nodes=100000", "algorithm=fedavg", "model=gcn", "model.hidden=64",
+        "model.layers=2", "partition=metis", "num_clients=100", "local_epochs=1"],
 }
 
 
@@ -57,8 +62,9 @@ def timed(fn, repeats: int, device: str) -> float:
     return statistics.median(times)
 
 
-def bench(name: str, overrides: list[str], repeats: int, device: str) -> str:
-    config = load_config(None, [*overrides, "checkpoint_every=0", f"device={device}"])
+def bench(name: str, overrides: list[str], repeats: int, device: str, engine: str) -> str:
+    config = load_config(None, [*overrides, "checkpoint_every=0", f"device={device}",
+                                f"engine={engine}"])
     fed = build_federation(config, seed=0)
     central = prepare_client(union_client(fed.data.clients), fed.trainer.model,
                              torch.device(device))
@@ -74,7 +80,7 @@ def bench(name: str, overrides: list[str], repeats: int, device: str) -> str:
     round_s = timed(lambda: fed.fit_round(next(rounds)), repeats, device)
     central_s = timed(central_epoch, repeats, device)
     eval_s = timed(lambda: fed.evaluate(0), repeats, device)
-    return (f"RESULT case={name} round_s={round_s:.5f} central_s={central_s:.5f} "
+    return (f"RESULT case={name} engine={engine} round_s={round_s:.5f} central_s={central_s:.5f} "
             f"ratio={round_s / central_s:.3f} eval_s={eval_s:.5f}")
 
 
@@ -82,10 +88,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--engine", choices=("sequential", "batched"), default="sequential")
+    parser.add_argument("--cases", default=",".join(CASES), help="comma-separated case names")
     args = parser.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {args.device}")
-    for name, overrides in CASES.items():
-        print(bench(name, overrides, args.repeats, args.device), flush=True)
+    for name in args.cases.split(","):
+        print(bench(name, CASES[name], args.repeats, args.device, args.engine), flush=True)
 
 
 if __name__ == "__main__":

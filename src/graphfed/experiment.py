@@ -112,7 +112,8 @@ def build_federation(config: ExperimentConfig, seed: int,
     contexts = [client_context(config, trainer, i, c, global_test)
                 for i, c in enumerate(data.clients)]
     runtime = SimulationRuntime(algorithm.server(setup.on(SERVER_DEVICE)), algorithm.client(setup),
-                                contexts, config.client_fraction, seed)
+                                contexts, config.client_fraction, seed,
+                                batched=config.engine == "batched" and algorithm.batched)
     return Federation(config, seed, data, trainer, runtime, global_test)
 
 

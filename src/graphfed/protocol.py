@@ -24,6 +24,7 @@ from torch import Tensor
 from graphfed.errors import GraphfedError
 from graphfed.tensors import Params, move_tensors
 from graphfed.training import PreparedClient, Trainer, TrainStats
+from graphfed.training.step import LocalStep
 
 Scalar = int | float | bool
 TensorSpec = dict[str, tuple[tuple[int, ...], torch.dtype]]
@@ -223,6 +224,28 @@ class Client(ABC):
     @abstractmethod
     def fit(self, message: Message, ctx: ClientContext) -> Message:
         """Local work on the client's own data; returns the reply to the server."""
+
+    def local_step(self, message: Message, ctx: ClientContext) -> LocalStep | None:
+        """This fit as a standard local step (plain local epochs, perhaps a proximal term), or
+        None where it is not one. A client of an algorithm registered ``batched`` whose fit is
+        ``fit_by_step`` answers here, and the batched engine may train its step together with
+        other clients' and hand the result to ``finish_step``."""
+        return None
+
+    def finish_step(self, message: Message, ctx: ClientContext, params: Params,
+                    stats: TrainStats) -> Message:
+        """The reply (and state update) after this client's ``local_step`` was trained."""
+        raise NotImplementedError(f"{type(self).__name__} declares no local step")
+
+    def fit_by_step(self, message: Message, ctx: ClientContext) -> Message:
+        """A fit that is ``local_step``, trained alone, then ``finish_step``."""
+        step = self.local_step(message, ctx)
+        if step is None:
+            raise NotImplementedError(f"{type(self).__name__} declares no local step")
+        params, stats = ctx.trainer.train(step.params, ctx.data, self.setup.local_epochs,
+                                          self.setup.batch_size, step.extra_loss(),
+                                          memory=ctx.state)
+        return self.finish_step(message, ctx, params, stats)
 
     @staticmethod
     def reply(tensors: dict[str, Tensor], ctx: ClientContext, stats: TrainStats | None = None,

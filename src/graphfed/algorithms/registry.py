@@ -70,6 +70,7 @@ class Algorithm:
     aliases: tuple[str, ...] = ()
     check: Check | None = None
     exemptions: tuple[tuple[str, str], ...] = ()
+    batched: bool = False  # its clients' fit is Client.fit_by_step: the batched engine applies
 
 
 REGISTRY: dict[str, Algorithm] = {}

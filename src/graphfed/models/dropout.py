@@ -21,22 +21,31 @@ from torch import Tensor
 MASK32 = 0xFFFFFFFF
 
 
+def _int32(value: int) -> int:
+    """A 32-bit constant as the signed value an int32 tensor holds."""
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+GOLDEN, MIX1, MIX2, SALT = (_int32(c) for c in (0x9E3779B9, 0x85EBCA6B, 0xC2B2AE35, 0x27D4EB2F))
+
+
 def _fmix32(h: Tensor) -> Tensor:
-    """MurmurHash3's 32-bit finaliser on int64 tensors holding 32-bit values (a bijection)."""
-    h = h ^ (h >> 16)
-    h = (h * 0x85EBCA6B) & MASK32
-    h = h ^ (h >> 13)
-    h = (h * 0xC2B2AE35) & MASK32
-    return h ^ (h >> 16)
+    """MurmurHash3's 32-bit finaliser (a bijection) on int32 tensors: multiplications wrap,
+    and each right shift is masked into a logical one."""
+    h = h ^ ((h >> 16) & 0xFFFF)
+    h = h * MIX1
+    h = h ^ ((h >> 13) & 0x7FFFF)
+    h = h * MIX2
+    return h ^ ((h >> 16) & 0xFFFF)
 
 
-def keyed_uniform(key: Tensor, salt: int, shape: torch.Size, device: torch.device) -> Tensor:
-    """Uniform [0, 1) numbers, one per element of ``shape``, from ``key`` (a 32-bit int64
-    tensor, a per-client scalar under vmap) and ``salt`` (which call this is)."""
-    base = _fmix32((key ^ (salt * 0x27D4EB2F)) & MASK32)
-    index = torch.arange(shape.numel(), device=device, dtype=torch.int64).view(shape)
-    h = _fmix32((index * 0x9E3779B1 + base) & MASK32)
-    return (h >> 8).to(torch.float32) * 2.0 ** -24
+def keyed_keep(key: Tensor, salt: int, shape: torch.Size, p: float) -> Tensor:
+    """A keep-mask (each element kept with probability 1 - p) for ``shape`` from ``key`` (an
+    int32 tensor, a per-client scalar under vmap) and ``salt`` (which call this is): element
+    i's 24-bit hash of (key, salt, i) against p * 2**24."""
+    base = _fmix32(key ^ _int32((salt * SALT) & MASK32))
+    index = torch.arange(shape.numel(), device=key.device, dtype=torch.int32).view(shape)
+    return (_fmix32(index * GOLDEN + base) & 0xFFFFFF) >= round(p * (1 << 24))
 
 
 @dataclass
@@ -66,5 +75,4 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
         return F.dropout(x, p, training)
     keys.site += 1
     salt = keys.step * 1024 + keys.site
-    keep = keyed_uniform(keys.keys, salt, x.shape, x.device) >= p
-    return x * keep / (1.0 - p)
+    return x * keyed_keep(keys.keys, salt, x.shape, p) / (1.0 - p)

@@ -1,20 +1,26 @@
 """In-process simulation: every client lives in this process; messages are copied onto the
-receiver's device at the boundary, so no tensor is shared between the server and a client."""
+receiver's device at the boundary, so no tensor is shared between the server and a client.
+
+With ``batched`` the sampled clients whose fit is a standard local step are trained together
+(``training.batched``); each still gets its own message and answers with its own reply, so the
+boundary, its checks and the byte counts are those of the sequential path."""
 
 from __future__ import annotations
 
-from graphfed.protocol import Client, ClientContext, Server
+from graphfed.protocol import SERVER_DEVICE, Client, ClientContext, Server
 from graphfed.runtime.base import Runtime, answer_on_client, log
-from graphfed.seeding import seeded_call
+from graphfed.seeding import call_seed, seeded_call
 from graphfed.tensors import move_tensors
+from graphfed.training.batched import ClientJob, batch_refusal, train_together
 
 
 class SimulationRuntime(Runtime):
     def __init__(self, server: Server, client: Client, contexts: list[ClientContext],
-                 client_fraction: float, seed: int):
+                 client_fraction: float, seed: int, batched: bool = False):
         super().__init__(server, len(contexts), client_fraction, seed)
         self.client = client
         self.contexts = contexts
+        self.batched = batched
 
     def _call(self, rnd, phase, client, message, answer):
         with seeded_call(self.seed, rnd, client, phase):
@@ -31,7 +37,52 @@ class SimulationRuntime(Runtime):
         return replies, failed
 
     def deliver_fit(self, rnd, messages):
-        return self._ask(rnd, "fit", messages, self.client.fit)
+        if not self.batched:
+            return self._ask(rnd, "fit", messages, self.client.fit)
+        together, alone = self._steps(rnd, messages)
+        replies, failed = self._fit_together(rnd, together)
+        more, more_failed = self._ask(rnd, "fit", alone, self.client.fit)
+        return {**replies, **more}, {**failed, **more_failed}
+
+    def _steps(self, rnd, messages):
+        """Split the fit messages into standard local steps that can train together (each with
+        its message on the client's device) and the rest, which fit one by one."""
+        together, alone = {}, {}
+        for c, m in messages.items():
+            ctx = self.contexts[c]
+            local = m.to(ctx.trainer.device)
+            with seeded_call(self.seed, rnd, c, "fit"):
+                step = self.client.local_step(local, ctx)
+            if step is None or batch_refusal(ctx.trainer, ctx.data) is not None:
+                alone[c] = m
+            else:
+                seed = call_seed(self.seed, rnd, c, "fit")
+                together[c] = (local, ClientJob(step, ctx.data, seed))
+        return together, alone
+
+    def _fit_together(self, rnd, together):
+        replies, failed = {}, {}
+        if not together:
+            return replies, failed
+        clients = sorted(together)
+        setup = self.client.setup
+        try:
+            results = train_together(self.contexts[clients[0]].trainer,
+                                     [together[c][1] for c in clients], setup.local_epochs,
+                                     setup.batch_size)
+        except Exception as e:  # the batch fails as one: every client in it is dropped
+            log.warning("round %d: batched clients %s failed: %r", rnd, clients, e)
+            return replies, {c: f"{type(e).__name__}: {e}" for c in clients}
+        for c, (params, stats) in zip(clients, results, strict=True):
+            try:
+                with seeded_call(self.seed, rnd, c, "fit"):
+                    reply = self.client.finish_step(together[c][0], self.contexts[c], params,
+                                                    stats)
+                replies[c] = reply.to(SERVER_DEVICE)
+            except Exception as e:
+                log.warning("round %d: client %d failed: %r", rnd, c, e)
+                failed[c] = f"{type(e).__name__}: {e}"
+        return replies, failed
 
     def deliver_setup(self, messages):
         return self._ask(0, "setup", messages, self.client.answer_setup)

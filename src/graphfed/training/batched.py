@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.func import functional_call, vmap
 
-from graphfed.models.dropout import MASK32, keyed
+from graphfed.models.dropout import keyed
 from graphfed.tensors import Params
 from graphfed.training.batches import (
     GraphBatch,
@@ -149,7 +149,7 @@ def train_together(trainer: Trainer, jobs: list[ClientJob], epochs: int,
     anchor = ({name: torch.stack([(j.step.anchor or j.step.params)[name] for j in jobs])
                for name in live} if bool((mu > 0).any()) else None)
     optimizer = StackedOptimizer(trainer.optimizer, live, clients)
-    keys = torch.tensor([j.seed & MASK32 for j in jobs], device=device)
+    keys = torch.tensor([j.seed & 0x7FFFFFFF for j in jobs], dtype=torch.int32, device=device)
     generators = [torch.Generator().manual_seed(j.seed) for j in jobs]
     node_level = isinstance(jobs[0].data, PreparedNodeClient)
     layout = _NodeLayout([j.data for j in jobs]) if node_level else None

@@ -18,7 +18,7 @@ from graphfed.protocol import (
     spec_of,
 )
 from graphfed.tensors import Params
-from graphfed.training.trainer import ExtraLoss
+from graphfed.training.step import LocalStep
 
 
 class FedAvgOptions(AlgorithmOptions):
@@ -56,14 +56,17 @@ class FedAvgServer(Server):
 
 
 class FedAvgClient(Client):
-    """Trains the received model on local data; subclasses add a regulariser via ``extra_loss``."""
+    """Trains the received model on local data: a standard ``LocalStep`` (subclasses add a
+    proximal term there), so the batched engine may train many clients at once."""
 
-    def extra_loss(self, received: Params) -> ExtraLoss | None:
-        return None
+    def local_step(self, message, ctx: ClientContext) -> LocalStep | None:
+        return LocalStep(message.tensors)
+
+    def finish_step(self, message, ctx: ClientContext, params: Params, stats) -> Message:
+        return self.reply(params, ctx, stats)
 
     def fit(self, message, ctx: ClientContext):
-        params, stats = self.local_train(message.tensors, ctx, self.extra_loss(message.tensors))
-        return self.reply(params, ctx, stats)
+        return self.fit_by_step(message, ctx)
 
     def evaluate(self, message, ctx):
         return self.evaluate_params(message.tensors, ctx)
@@ -73,4 +76,5 @@ FEDAVG = register(Algorithm(
     "fedavg", FedAvgServer, FedAvgClient, FedAvgOptions,
     family="averaging",
     paper="McMahan et al., AISTATS 2017 (FedAvg)",
+    batched=True,
     description="sample-size weighted parameter averaging"))

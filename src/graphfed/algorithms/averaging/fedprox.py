@@ -17,6 +17,7 @@ from pydantic import Field
 from graphfed.algorithms.averaging.fedavg import FedAvgClient, FedAvgOptions, FedAvgServer
 from graphfed.algorithms.registry import Algorithm, register
 from graphfed.tensors import Params
+from graphfed.training.step import LocalStep
 
 MU_KEY = "fedprox_mu"
 
@@ -30,16 +31,6 @@ class FedProxOptions(FedAvgOptions):
     compat_detached: bool = Field(
         False, description="adaptive only: the term adds to the loss value but not to the "
         "gradients, as in FedEgo's code (state_dict tensors are detached)")
-
-
-def proximal_term(mu: float, anchor: Params):
-    """(mu/2) * ||w - anchor||^2 over all parameters, as a loss closure."""
-    frozen = {k: v.detach() for k, v in anchor.items()}
-
-    def loss(live: Params):
-        return 0.5 * mu * sum(((live[k] - frozen[k]) ** 2).sum() for k in frozen)
-
-    return loss
 
 
 def normalised_distance(live: Params, anchor: Params):
@@ -74,8 +65,11 @@ class AdaptiveProximalTerm:
 
 
 class FedProxClient(FedAvgClient):
-    def extra_loss(self, received):
-        return proximal_term(self.options.mu, received) if self.options.mu > 0 else None
+    def local_step(self, message, ctx):
+        """The plain term is a standard step; the adaptive one (mu moving per batch) is not."""
+        if getattr(self.options, "adaptive", False):
+            return None
+        return LocalStep(message.tensors, self.options.mu, message.tensors)
 
     def fit(self, message, ctx):
         if not getattr(self.options, "adaptive", False):
@@ -91,4 +85,5 @@ FEDPROX = register(Algorithm(
     "fedprox", FedAvgServer, FedProxClient, FedProxOptions,
     family="averaging",
     paper="Li et al., MLSys 2020 (FedProx)",
+    batched=True,
     description="FedAvg with a proximal term (mu; or FedEgo's adaptive mu)"))

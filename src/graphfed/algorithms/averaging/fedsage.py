@@ -18,4 +18,5 @@ FEDSAGE = register(Algorithm(
     family="averaging",
     paper="Zhang et al., NeurIPS 2021 (FedSage)",
     model=sage_backbone,
+    batched=True,
     description="FedAvg with a GraphSAGE encoder"))

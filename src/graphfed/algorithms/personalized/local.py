@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from graphfed.algorithms.registry import Algorithm, register
 from graphfed.protocol import AlgorithmOptions, Client, Message, Server
+from graphfed.training.step import LocalStep
 
 
 class LocalOptions(AlgorithmOptions):
@@ -28,9 +29,15 @@ class LocalClient(Client):
     def _params(self, ctx):
         return ctx.state.get("params", self.setup.initial_params)
 
-    def fit(self, message, ctx):
-        ctx.state["params"], _ = self.local_train(self._params(ctx), ctx)
+    def local_step(self, message, ctx):
+        return LocalStep(self._params(ctx))
+
+    def finish_step(self, message, ctx, params, stats):
+        ctx.state["params"] = params
         return Message()
+
+    def fit(self, message, ctx):
+        return self.fit_by_step(message, ctx)
 
     def evaluate(self, message, ctx):
         return self.evaluate_params(self._params(ctx), ctx)
@@ -41,4 +48,5 @@ LOCAL = register(Algorithm(
     family="personalized",
     paper="baseline: no federation (self-train)",
     aliases=("self-train",),
+    batched=True,
     description="each client trains alone (self-train)"))
