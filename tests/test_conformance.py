@@ -41,12 +41,22 @@ def _overrides(algorithm: Algorithm, *extra: str) -> list[str]:
             "device=cpu", "checkpoint_every=1", *FASTER.get(algorithm.name, []), *extra]
 
 
+def _marks(name: str) -> list:
+    return [require("Cora" if ALGORITHMS[name].levels[0] == "node" else "MUTAG")]
+
+
 def _cases() -> list:
+    return [pytest.param(name, marks=_marks(name), id=name) for name in sorted(ALGORITHMS)]
+
+
+def _engine_cases() -> list:
+    """Every algorithm on the sequential engine, and those registered ``batched`` also on the
+    batched one (id ``<name>-batched``)."""
     out = []
     for name in sorted(ALGORITHMS):
-        level = ALGORITHMS[name].levels[0]
-        marks = [require("Cora" if level == "node" else "MUTAG")]
-        out.append(pytest.param(name, marks=marks, id=name))
+        out.append(pytest.param(name, "sequential", marks=_marks(name), id=name))
+        if ALGORITHMS[name].batched:
+            out.append(pytest.param(name, "batched", marks=_marks(name), id=f"{name}-batched"))
     return out
 
 
@@ -92,9 +102,9 @@ def _payload(message: Message) -> int:
     return tensors + 8 * len(message.scalars)
 
 
-@pytest.mark.parametrize("name", _cases())
-def test_conformance_boundary_and_bytes(name, monkeypatch):
-    fed = build_federation(load_config(None, _overrides(ALGORITHMS[name])), 0)
+@pytest.mark.parametrize(("name", "engine"), _engine_cases())
+def test_conformance_boundary_and_bytes(name, engine, monkeypatch):
+    fed = build_federation(load_config(None, _overrides(ALGORITHMS[name], f"engine={engine}")), 0)
     runtime = fed.runtime
     sent: list[tuple[int, int]] = []  # (down, up) of every delivery
 
@@ -124,19 +134,20 @@ def _lines(run_dir: Path) -> list[dict]:
     return [{k: v for k, v in json.loads(line).items() if k not in drop} for line in lines]
 
 
-@pytest.mark.parametrize("name", _cases())
-def test_conformance_same_seed_same_metrics(name, tmp_path, threads_for):
+@pytest.mark.parametrize(("name", "engine"), _engine_cases())
+def test_conformance_same_seed_same_metrics(name, engine, tmp_path, threads_for):
     threads_for(name, "same_seed")
-    config = load_config(None, _overrides(ALGORITHMS[name], "name=run"))
+    config = load_config(None, _overrides(ALGORITHMS[name], "name=run", f"engine={engine}"))
     first, _ = run_experiment(config, tmp_path / "a", progress=False)
     second, _ = run_experiment(config, tmp_path / "b", progress=False)
     assert _lines(first) == _lines(second)
 
 
-@pytest.mark.parametrize("name", _cases())
-def test_conformance_resume_from_round_1_equals_uninterrupted(name, tmp_path, threads_for):
+@pytest.mark.parametrize(("name", "engine"), _engine_cases())
+def test_conformance_resume_from_round_1_equals_uninterrupted(name, engine, tmp_path,
+                                                               threads_for):
     threads_for(name, "resume")
-    config = load_config(None, _overrides(ALGORITHMS[name], "name=run"))
+    config = load_config(None, _overrides(ALGORITHMS[name], "name=run", f"engine={engine}"))
     whole, _ = run_experiment(config, tmp_path / "whole", progress=False)
     cut = interrupted_run(config, tmp_path / "cut", at_round=2)
     torch.manual_seed(12345)  # the resumed run must not depend on the process's RNG state
