@@ -46,11 +46,11 @@ def _models(fed) -> list[dict]:
     return [ctx.state["params"] for ctx in fed.runtime.contexts]
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", [
+    pytest.param(case, marks=require("Cora" if "node" in case else "MUTAG"), id=case)
+    for case in CASES])
 def test_a_batched_round_equals_the_sequential_one_without_dropout(case):
     overrides = CASES[case]
-    pytest.importorskip("torch_geometric")
-    require("Cora" if "node" in case else "MUTAG")
     sequential = _two_rounds(overrides, "sequential")
     batched = _two_rounds(overrides, "batched")
     for one, other in zip(_models(sequential[0]), _models(batched[0]), strict=True):

@@ -241,3 +241,18 @@ def test_a_bad_override_is_refused_before_any_training(tmp_path):
                                       "--out", str(tmp_path / "x")])
     assert result.exit_code == 2 and "rounds" in result.output
     assert not list((tmp_path / "x" / "runs").iterdir())
+
+
+@require("PROTEINS")
+def test_cells_run_in_worker_processes_give_the_same_table(tmp_path):
+    def table(jobs: int, out: str) -> list[dict]:
+        _, rows, _ = reproduce("fgfl-ablation", methods=["self-train", "fgfl-no-reward"],
+                               seeds=1, out=tmp_path / out, progress=False, jobs=jobs,
+                               overrides=("rounds=2", "eval_every=2"))
+        return rows
+
+    together = table(2, "two")
+    assert together == table(1, "one")
+    assert len(list((tmp_path / "two" / "runs").iterdir())) == 2
+    with pytest.raises(GraphfedError, match="jobs"):
+        reproduce("fgfl-ablation", jobs=0)

@@ -62,6 +62,29 @@ class Message:
         return Message(move_tensors(self.tensors, device, copy=True), dict(self.scalars))
 
 
+def move_messages(messages: dict[int, Message], device: torch.device | str
+                  ) -> dict[int, Message]:
+    """``Message.to`` for many messages at once: each tensor name whose tensors agree in shape,
+    dtype and device crosses in one stacked copy (the receiver gets views of its own copy, one
+    per message) instead of one copy per message; anything else moves one by one."""
+    moved = {c: Message({}, dict(m.scalars)) for c, m in messages.items()}
+    names = {name for m in messages.values() for name in m.tensors}
+    for name in names:
+        holders = [c for c, m in messages.items() if name in m.tensors]
+        tensors = [messages[c].tensors[name] for c in holders]
+        first = tensors[0]
+        if len(tensors) > 1 and all(t.shape == first.shape and t.dtype == first.dtype
+                                    and t.device == first.device for t in tensors):
+            copies = torch.stack([t.detach() for t in tensors]).to(device).unbind(0)
+        else:
+            copies = [t.detach().to(device, copy=True) for t in tensors]
+        for c, copy in zip(holders, copies, strict=True):
+            moved[c].tensors[name] = copy
+    for c, m in messages.items():  # keep each message's own tensor order
+        moved[c].tensors = {name: moved[c].tensors[name] for name in m.tensors}
+    return moved
+
+
 def spec_of(tensors: dict[str, Tensor]) -> TensorSpec:
     return {k: (tuple(v.shape), v.dtype) for k, v in tensors.items()}
 
@@ -229,7 +252,9 @@ class Client(ABC):
         """This fit as a standard local step (plain local epochs, perhaps a proximal term), or
         None where it is not one. A client of an algorithm registered ``batched`` whose fit is
         ``fit_by_step`` answers here, and the batched engine may train its step together with
-        other clients' and hand the result to ``finish_step``."""
+        other clients' and hand the result to ``finish_step``. Both only describe and wrap the
+        step: they draw no random numbers and leave ``message`` as it is (the engine hands
+        the clients of a batch one device copy of a message they were all sent)."""
         return None
 
     def finish_step(self, message: Message, ctx: ClientContext, params: Params,

@@ -31,6 +31,8 @@ def reproduce(
         "rounds=100); repeatable, named in the table's title")] = None,
     select: Annotated[str | None, typer.Option(help="round each seed reports: final, max, "
         "best_last_10 or min_val_loss (default: the preset's)")] = None,
+    jobs: Annotated[int, typer.Option(min=1, help="cells run in this many worker processes "
+                                      "at once (sharing the cores and the GPU)")] = 1,
 ) -> None:
     """Reproduce a paper's table: run every cell, write table.csv/table.md beside the paper's."""
     from graphfed.reproduce.catalog import load_presets
@@ -49,7 +51,8 @@ def reproduce(
         return ([t.strip() for t in text.split(",") if t.strip()] if text else None)
     out_dir, rows, skipped = run_preset(name, split(methods), split(datasets), seeds, quick,
                                         out, progress=not quiet, fairness_on=fairness_on,
-                                        overrides=tuple(set_ or ()), selector=select)
+                                        overrides=tuple(set_ or ()), selector=select,
+                                        jobs=jobs)
     table = Table(title=f"{name}: ours (mean ± std) beside the paper")
     for col in ("method", "dataset", "metric", "ours", "paper", "select"):
         table.add_column(col)

@@ -19,7 +19,7 @@ def weighted_average(params: Sequence[Params], weights: Sequence[float]) -> Para
     w = w / w.sum()
     out = {}
     for name in params[0]:
-        stacked = torch.stack([p[name].to(torch.float64) for p in params])
+        stacked = torch.stack([p[name] for p in params]).to(torch.float64)
         shape = (-1,) + (1,) * (stacked.dim() - 1)
         out[name] = (stacked * w.to(stacked.device).view(shape)).sum(0).to(params[0][name].dtype)
     return out

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import csv
 import json
+import multiprocessing
+import os
 import shutil
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 import yaml
 
 from graphfed.build import federated_data
@@ -90,6 +94,35 @@ def run_cell(cell: Cell, runs: Path, progress: bool) -> None:
         if path.exists():
             shutil.rmtree(path)
         cell.run_dir, cell.summary = run(cell.config, runs, progress=progress)
+
+
+def _run_in_worker(cell: Cell, runs: Path) -> tuple[Path, dict]:
+    run_cell(cell, runs, progress=False)
+    return cell.run_dir, cell.summary
+
+
+def _share_cores(jobs: int) -> None:
+    """A worker's torch threads: the machine's cores split between the workers."""
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // jobs))
+
+
+def run_cells(cells: list[Cell], runs: Path, progress: bool, jobs: int) -> None:
+    """Run (or reuse, or resume) every cell; with ``jobs > 1`` in that many worker processes,
+    which share the machine's cores and its GPU. Each cell is its own run directory, so an
+    interrupted preset resumes the same way whatever ``jobs`` was."""
+    if jobs == 1 or len(cells) < 2:
+        for cell in cells:
+            run_cell(cell, runs, progress)
+        return
+    context = multiprocessing.get_context("spawn")  # CUDA cannot be forked
+    with ProcessPoolExecutor(min(jobs, len(cells)), mp_context=context,
+                             initializer=_share_cores, initargs=(jobs,)) as pool:
+        futures = {pool.submit(_run_in_worker, cell, runs): cell for cell in cells}
+        for done, future in enumerate(as_completed(futures), 1):
+            cell = futures[future]
+            cell.run_dir, cell.summary = future.result()
+            if progress:
+                print(f"[{done}/{len(cells)}] {cell.config.name} finished", flush=True)
 
 
 def _saved_config(path: Path) -> dict | None:
@@ -247,13 +280,16 @@ def write_tables(rows: list[dict], out: Path, title: str, notes: str) -> None:
 def reproduce(name: str, methods: list[str] | None = None, datasets: list[str] | None = None,
               seeds: int | None = None, quick: bool = False, out: Path | None = None,
               progress: bool = True, fairness_on: str = "local",
-              overrides: tuple[str, ...] = (), selector: str | None = None
+              overrides: tuple[str, ...] = (), selector: str | None = None, jobs: int = 1
               ) -> tuple[Path, list[dict], list[str]]:
     """Run preset ``name``; returns the output directory, the table rows and what was skipped.
 
     ``fairness_on``: the test set behind model-gradient fairness, each agent's local one
     (the spec's recommendation) or the global one (every agent's model is then also evaluated
-    there). ``selector``: the rule picking each seed's round (default: the preset's)."""
+    there). ``selector``: the rule picking each seed's round (default: the preset's).
+    ``jobs``: cells run in that many worker processes at once."""
+    if jobs < 1:
+        raise GraphfedError(f"--jobs must be at least 1, got {jobs}")
     if fairness_on not in ("local", "global"):
         raise GraphfedError(f"fairness is measured on 'local' or 'global' test sets, not "
                             f"'{fairness_on}'")
@@ -267,17 +303,13 @@ def reproduce(name: str, methods: list[str] | None = None, datasets: list[str] |
     runs.mkdir(parents=True, exist_ok=True)
     skipped = [f"{d}: dataset files not present under GRAPHFED_DATA" for d in wanted
                if not is_present(d)]
-    cells: list[Cell] = []
-    try:
-        for dataset in (d for d in wanted if is_present(d)):
-            for variant in variants:
-                cell = Cell(variant, dataset, cell_config(preset, variant, dataset, seed_list,
-                                                          quick, fairness_on, overrides))
-                if variant.algorithm is not None:
-                    run_cell(cell, runs, progress)
-                cells.append(cell)
+    try:  # every cell's config is checked before any cell runs
+        cells = [Cell(variant, dataset, cell_config(preset, variant, dataset, seed_list, quick,
+                                                    fairness_on, overrides))
+                 for dataset in wanted if is_present(dataset) for variant in variants]
     except ConfigError as e:
         raise GraphfedError(f"preset {name}: {e}") from None
+    run_cells([c for c in cells if c.variant.algorithm is not None], runs, progress, jobs)
     rows, vectors = [], {}
     for cell in cells:
         reference = next((c for c in cells if c.dataset == cell.dataset

@@ -7,7 +7,7 @@ boundary, its checks and the byte counts are those of the sequential path."""
 
 from __future__ import annotations
 
-from graphfed.protocol import SERVER_DEVICE, Client, ClientContext, Server
+from graphfed.protocol import SERVER_DEVICE, Client, ClientContext, Server, move_messages
 from graphfed.runtime.base import Runtime, answer_on_client, log
 from graphfed.seeding import call_seed, seeded_call
 from graphfed.tensors import move_tensors
@@ -21,6 +21,7 @@ class SimulationRuntime(Runtime):
         self.client = client
         self.contexts = contexts
         self.batched = batched
+        self._layouts: dict = {}  # the batched engine's padded data of the last client set
 
     def _call(self, rnd, phase, client, message, answer):
         with seeded_call(self.seed, rnd, client, phase):
@@ -46,13 +47,16 @@ class SimulationRuntime(Runtime):
 
     def _steps(self, rnd, messages):
         """Split the fit messages into standard local steps that can train together (each with
-        its message on the client's device) and the rest, which fit one by one."""
-        together, alone = {}, {}
+        its message on the client's device, one copy per distinct message) and the rest,
+        which fit one by one."""
+        together, alone, on_device = {}, {}, {}
         for c, m in messages.items():
             ctx = self.contexts[c]
-            local = m.to(ctx.trainer.device)
-            with seeded_call(self.seed, rnd, c, "fit"):
-                step = self.client.local_step(local, ctx)
+            key = (id(m), ctx.trainer.device)
+            if key not in on_device:
+                on_device[key] = m.to(ctx.trainer.device)
+            local = on_device[key]
+            step = self.client.local_step(local, ctx)
             if step is None or batch_refusal(ctx.trainer, ctx.data) is not None:
                 alone[c] = m
             else:
@@ -69,20 +73,18 @@ class SimulationRuntime(Runtime):
         try:
             results = train_together(self.contexts[clients[0]].trainer,
                                      [together[c][1] for c in clients], setup.local_epochs,
-                                     setup.batch_size)
+                                     setup.batch_size, self._layouts)
         except Exception as e:  # the batch fails as one: every client in it is dropped
             log.warning("round %d: batched clients %s failed: %r", rnd, clients, e)
             return replies, {c: f"{type(e).__name__}: {e}" for c in clients}
         for c, (params, stats) in zip(clients, results, strict=True):
             try:
-                with seeded_call(self.seed, rnd, c, "fit"):
-                    reply = self.client.finish_step(together[c][0], self.contexts[c], params,
-                                                    stats)
-                replies[c] = reply.to(SERVER_DEVICE)
+                replies[c] = self.client.finish_step(together[c][0], self.contexts[c], params,
+                                                     stats)
             except Exception as e:
                 log.warning("round %d: client %d failed: %r", rnd, c, e)
                 failed[c] = f"{type(e).__name__}: {e}"
-        return replies, failed
+        return move_messages(replies, SERVER_DEVICE), failed
 
     def deliver_setup(self, messages):
         return self._ask(0, "setup", messages, self.client.answer_setup)

@@ -84,7 +84,8 @@ def _padded(rows: list[Tensor], length: int, fill: float | int = 0) -> Tensor:
 
 class _NodeLayout:
     """The clients' whole graphs padded once: ``[K, N + 1, d]`` features, where node N is the
-    dummy that padding edges (weight 0) point at."""
+    dummy that padding edges (weight 0) point at. Built once per set of clients and reused
+    across rounds (``train_together``'s ``cache``)."""
 
     def __init__(self, clients: list[PreparedNodeClient]):
         nodes = max(len(c.y) for c in clients)
@@ -98,15 +99,20 @@ class _NodeLayout:
         self.edge_weight = (None if weights[0] is None
                             else _padded(weights, self.edge_index.size(2)))
         self.train = [c.index["train"] for c in clients]
+        self.whole = self._targets(self.train)  # a full-batch step's, the same every time
 
     def inputs(self) -> tuple:
         return self.x, self.edge_index, self.edge_weight
 
-    def targets(self, chosen: list[Tensor | None], clients: int) -> tuple[Tensor, Tensor, Tensor]:
+    def targets(self, chosen: list[Tensor | None], whole: bool) -> tuple[Tensor, Tensor, Tensor]:
         """Per client the positions its loss reads (padded with the dummy), their labels and
-        the mask of real ones."""
-        index = [self.train[k][c] if c is not None else self.train[k][:0]
-                 for k, c in enumerate(chosen)]
+        the mask of real ones; ``whole``: every client's whole train split."""
+        if whole:
+            return self.whole
+        return self._targets([self.train[k][c] if c is not None else self.train[k][:0]
+                              for k, c in enumerate(chosen)])
+
+    def _targets(self, index: list[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
         width = max(1, max(len(i) for i in index))
         positions = _padded(index, width, self.dummy)
         mask = _padded([torch.ones_like(i, dtype=torch.bool) for i in index], width, False)
@@ -139,38 +145,40 @@ def _graph_inputs(batches: list[GraphBatch | None], device: torch.device, feat_d
 
 
 def train_together(trainer: Trainer, jobs: list[ClientJob], epochs: int,
-                   batch_size: int | None) -> list[tuple[Params, TrainStats]]:
+                   batch_size: int | None, cache: dict | None = None
+                   ) -> list[tuple[Params, TrainStats]]:
     """Each job's ``LocalStep`` for ``epochs``, all clients in one stacked pass per step; per
-    client the trained parameters and its ``TrainStats``, as ``Trainer.train`` returns them."""
+    client the trained parameters (views of one stack) and its ``TrainStats``, as
+    ``Trainer.train`` returns them. ``cache`` keeps the padded node layout of a set of clients
+    between calls."""
     model, device, clients = trainer.model, trainer.device, len(jobs)
     live = {name: torch.stack([j.step.params[name] for j in jobs]).requires_grad_(True)
             for name in jobs[0].step.params}
     mu = torch.tensor([j.step.proximal_mu for j in jobs], device=device)
     anchor = ({name: torch.stack([(j.step.anchor or j.step.params)[name] for j in jobs])
-               for name in live} if bool((mu > 0).any()) else None)
+               for name in live} if any(j.step.proximal_mu > 0 for j in jobs) else None)
     optimizer = StackedOptimizer(trainer.optimizer, live, clients)
     keys = torch.tensor([j.seed & 0x7FFFFFFF for j in jobs], dtype=torch.int32, device=device)
     generators = [torch.Generator().manual_seed(j.seed) for j in jobs]
-    node_level = isinstance(jobs[0].data, PreparedNodeClient)
-    layout = _NodeLayout([j.data for j in jobs]) if node_level else None
+    layout = _node_layout(jobs, cache) if isinstance(jobs[0].data, PreparedNodeClient) else None
+    counts_of = ([len(t) for t in layout.train] if layout is not None
+                 else [j.data.num_samples("train") for j in jobs])
+    whole = batch_size is None or batch_size >= max(counts_of)
     total = torch.zeros(clients, device=device)
     samples = torch.zeros(clients, dtype=torch.long, device=device)
     steps = torch.zeros(clients, dtype=torch.long, device=device)
+    everyone = torch.ones(clients, dtype=torch.bool, device=device)
     model.train()
     step = 0
     for _ in range(epochs):
-        if layout is not None:
-            chunks = [_chunks(len(t), batch_size, g) for t, g in zip(layout.train, generators,
-                                                                      strict=True)]
-        else:
-            chunks = [_chunks(j.data.num_samples("train"), batch_size, g)
-                      for j, g in zip(jobs, generators, strict=True)]
+        chunks = [_chunks(n, batch_size, g) for n, g in zip(counts_of, generators, strict=True)]
         for s in range(max(len(c) for c in chunks)):
-            chosen = [c[s].to(device) if s < len(c) else None for c in chunks]
-            active = torch.tensor([c is not None for c in chosen], device=device)
+            chosen = [c[s] if s < len(c) else None for c in chunks]
+            active = everyone if all(c is not None for c in chosen) else torch.tensor(
+                [c is not None for c in chosen], device=device)
             if layout is not None:
                 inputs = layout.inputs()
-                positions, targets, mask = layout.targets(chosen, clients)
+                positions, targets, mask = layout.targets(chosen, whole)
             else:
                 inputs, targets, mask = _graph_inputs(
                     [_take(j.data, c, batch_size) for j, c in zip(jobs, chosen, strict=True)],
@@ -198,10 +206,22 @@ def train_together(trainer: Trainer, jobs: list[ClientJob], epochs: int,
             samples += counts
             steps += active
             step += 1
-    trained = [{n: v[k].detach().clone() for n, v in live.items()} for k in range(clients)]
+    trained = {n: v.detach() for n, v in live.items()}
     total_l, samples_l, steps_l = total.tolist(), samples.tolist(), steps.tolist()
-    return [(params, TrainStats(total_l[k] / max(samples_l[k], 1), steps_l[k], samples_l[k]))
-            for k, params in enumerate(trained)]
+    return [({n: v[k] for n, v in trained.items()},
+             TrainStats(total_l[k] / max(samples_l[k], 1), steps_l[k], samples_l[k]))
+            for k in range(clients)]
+
+
+def _node_layout(jobs: list[ClientJob], cache: dict | None) -> _NodeLayout:
+    key = tuple(id(j.data) for j in jobs)
+    if cache is not None and key in cache:
+        return cache[key]
+    layout = _NodeLayout([j.data for j in jobs])
+    if cache is not None:
+        cache.clear()  # one set of clients at a time: a new sample replaces the last
+        cache[key] = layout
+    return layout
 
 
 def _take(data: PreparedGraphClient, chunk: Tensor | None,
