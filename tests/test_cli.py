@@ -42,6 +42,8 @@ BAD = [
      "partition.split: unknown key; valid keys: edge_flip, global_test, name, seed"),
     (["num_clients=1000"], "1000 clients but only"),
     (["rounds"], "not of the form key=value"),
+    (["name=../escaped"], "name: '../escaped' is not a folder name"),
+    (["name=a/b"], "is not a folder name: no path separators"),
 ]
 
 

@@ -170,3 +170,16 @@ def test_datasets_command_lists_the_new_datasets_as_present(name):
     assert result.exit_code == 0, result.output
     row = [line for line in result.output.splitlines() if f" {name} " in line]
     assert len(row) == 1 and "present" in row[0], result.output
+
+
+def test_a_download_that_cannot_reach_the_network_is_one_clear_error(tmp_path, monkeypatch):
+    import torch_geometric.datasets as pyg_datasets
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("Cannot connect to host: Name or service not known")
+
+    monkeypatch.delenv("GRAPHFED_DATA", raising=False)
+    monkeypatch.setenv("GRAPHFED_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(pyg_datasets, "Planetoid", offline)
+    with pytest.raises(DatasetError, match=r"'Cora' could not be fetched or read .*GRAPHFED_DATA"):
+        load_dataset("Cora")

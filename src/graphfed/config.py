@@ -109,6 +109,16 @@ class ExperimentConfig(BaseModel):
     def _known_dataset(cls, v: str) -> str:
         return canonical_name(v)
 
+    @field_validator("name")
+    @classmethod
+    def _one_folder_name(cls, v: str | None) -> str | None:
+        """A run name is a folder inside the output directory, never a path out of it."""
+        if v is not None and (not v.strip() or v in (".", "..") or any(
+                c in v for c in ("/", "\\", "\0")) or v != v.strip()):
+            raise ValueError(f"{v!r} is not a folder name: no path separators, not '.' or "
+                             "'..', no surrounding spaces")
+        return v
+
     @field_validator("algorithm")
     @classmethod
     def _known_algorithm(cls, v: str) -> str:

@@ -192,8 +192,15 @@ def _load_pyg(spec: DatasetSpec):
     # PyG writes its processed files on first load: a second process (a parallel run, a Flower
     # worker) must wait for them instead of reading them half-written
     root.mkdir(parents=True, exist_ok=True)
-    with FileLock(root / f".{spec.name}.lock"):
-        return cls(*args)
+    try:
+        with FileLock(root / f".{spec.name}.lock"):
+            return cls(*args)
+    except OSError as e:  # no network for a download, an unwritable cache, unreadable files
+        raise DatasetError(
+            f"dataset '{spec.name}' could not be fetched or read under {root} "
+            f"({type(e).__name__}: {e}); stage its raw files under GRAPHFED_DATA "
+            f"(graphfed datasets lists what is found there) or check the network and the "
+            f"cache's permissions") from None
 
 
 def _one_hot_degree(graphs: list[Data], cap: int | None = None) -> list[Data]:
