@@ -17,6 +17,7 @@ from graphfed.models.structure import (
     random_walk_encoding,
     structure_encoding,
 )
+from graphfed.serialization import safe_load
 from tests.conftest import require
 
 OVERRIDES = ["dataset=PROTEINS", "algorithm=fedstar", "partition=gcfl_chunk",
@@ -201,7 +202,7 @@ def test_three_rounds_end_to_end_and_state_round_trip():
     torch.save(server.state_dict(), buffer)
     buffer.seek(0)
     restored = FedStarServer(server.setup)
-    restored.load_state_dict(torch.load(buffer, weights_only=False))
+    restored.load_state_dict(safe_load(buffer.getvalue(), "server state"))
     assert restored.round_metrics() == server.round_metrics()
     a, b = server.configure_fit(4, [2])[2], restored.configure_fit(4, [2])[2]
     assert a.spec() == b.spec()

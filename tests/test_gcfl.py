@@ -15,6 +15,7 @@ from graphfed.experiment import build_federation
 from graphfed.mechanisms.clustering import dtw_distance
 from graphfed.mechanisms.updates import flatten
 from graphfed.protocol import Message, Setup
+from graphfed.serialization import safe_load
 from tests.conftest import require
 
 
@@ -152,7 +153,7 @@ def test_gcfl_server_state_round_trips_through_a_checkpoint():
     torch.save(server.state_dict(), buffer)
     buffer.seek(0)
     fresh = _server("gcfl", warmup=0)
-    fresh.load_state_dict(torch.load(buffer, weights_only=False))
+    fresh.load_state_dict(safe_load(buffer.getvalue(), "server state"))
     assert fresh.clusters == server.clusters and len(fresh.clusters) == 2
     assert fresh.round_metrics() == server.round_metrics()
     before, after = server.configure_fit(2, list(range(6))), fresh.configure_fit(2, list(range(6)))
