@@ -14,6 +14,7 @@ from graphfed.seeding import call_seed
 from graphfed.training.batched import ClientJob, batch_refusal, train_together
 from graphfed.training.stacked_optim import StackedOptimizer
 from graphfed.training.step import LocalStep
+from graphfed.training.trainer import Trainer
 from tests.conftest import require
 
 NODE = ["dataset=Cora", "partition=louvain", "num_clients=4"]
@@ -120,12 +121,9 @@ def test_a_stacked_step_is_each_clients_own_torch_step_and_a_masked_client_waits
     for grad, on in zip(grads, active, strict=True):
         stacked["w"].grad = grad.clone()
         optimizer.step(on)
-    trainer_opts = options
-    from graphfed.training.trainer import Trainer  # the sequential optimizers, as built there
-
-    for k in range(3):
+    for k in range(3):  # each client alone, with the optimizer the sequential trainer builds
         w = start[k].clone().requires_grad_(True)
-        alone = Trainer(torch.nn.Linear(1, 1), trainer_opts, 2).make_optimizer([w])
+        alone = Trainer(torch.nn.Linear(1, 1), options, 2).make_optimizer([w])
         for grad, on in zip(grads, active, strict=True):
             if on[k]:
                 w.grad = grad[k].clone()

@@ -267,9 +267,7 @@ class Client(ABC):
         step = self.local_step(message, ctx)
         if step is None:
             raise NotImplementedError(f"{type(self).__name__} declares no local step")
-        params, stats = ctx.trainer.train(step.params, ctx.data, self.setup.local_epochs,
-                                          self.setup.batch_size, step.extra_loss(),
-                                          memory=ctx.state)
+        params, stats = self.local_train(step.params, ctx, step.extra_loss())
         return self.finish_step(message, ctx, params, stats)
 
     @staticmethod

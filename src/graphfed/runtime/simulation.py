@@ -33,8 +33,7 @@ class SimulationRuntime(Runtime):
             try:
                 replies[c] = self._call(rnd, phase, c, m, answer)
             except Exception as e:  # a failing client is dropped for the round, as on a network
-                log.warning("round %d: client %d failed: %r", rnd, c, e)
-                failed[c] = f"{type(e).__name__}: {e}"
+                failed[c] = _dropped(rnd, c, e)
         return replies, failed
 
     def deliver_fit(self, rnd, messages):
@@ -50,18 +49,23 @@ class SimulationRuntime(Runtime):
         its message on the client's device, one copy per distinct message) and the rest,
         which fit one by one."""
         together, alone, on_device = {}, {}, {}
+        trainer = None  # one batch trains one model object: the clients sharing the first's
         for c, m in messages.items():
             ctx = self.contexts[c]
             key = (id(m), ctx.trainer.device)
             if key not in on_device:
                 on_device[key] = m.to(ctx.trainer.device)
-            local = on_device[key]
-            step = self.client.local_step(local, ctx)
-            if step is None or batch_refusal(ctx.trainer, ctx.data) is not None:
+            try:
+                step = self.client.local_step(on_device[key], ctx)
+            except Exception:  # fitting alone, it fails there again and is dropped with why
+                step = None
+            trainer = trainer or (ctx.trainer if step is not None else None)
+            if (step is None or ctx.trainer is not trainer
+                    or batch_refusal(ctx.trainer, ctx.data) is not None):
                 alone[c] = m
             else:
                 seed = call_seed(self.seed, rnd, c, "fit")
-                together[c] = (local, ClientJob(step, ctx.data, seed))
+                together[c] = (on_device[key], ClientJob(step, ctx.data, seed))
         return together, alone
 
     def _fit_together(self, rnd, together):
@@ -75,15 +79,13 @@ class SimulationRuntime(Runtime):
                                      [together[c][1] for c in clients], setup.local_epochs,
                                      setup.batch_size, self._layouts)
         except Exception as e:  # the batch fails as one: every client in it is dropped
-            log.warning("round %d: batched clients %s failed: %r", rnd, clients, e)
-            return replies, {c: f"{type(e).__name__}: {e}" for c in clients}
+            return replies, {c: _dropped(rnd, c, e) for c in clients}
         for c, (params, stats) in zip(clients, results, strict=True):
             try:
                 replies[c] = self.client.finish_step(together[c][0], self.contexts[c], params,
                                                      stats)
             except Exception as e:
-                log.warning("round %d: client %d failed: %r", rnd, c, e)
-                failed[c] = f"{type(e).__name__}: {e}"
+                failed[c] = _dropped(rnd, c, e)
         return move_messages(replies, SERVER_DEVICE), failed
 
     def deliver_setup(self, messages):
@@ -100,3 +102,9 @@ class SimulationRuntime(Runtime):
         super().load_state_dict(state)
         for ctx, client_state in zip(self.contexts, state["clients"], strict=True):
             ctx.state = move_tensors(client_state, ctx.trainer.device)
+
+
+def _dropped(rnd: int, client: int, error: Exception) -> str:
+    """Log a client's failure; the reason its round record keeps."""
+    log.warning("round %d: client %d failed: %r", rnd, client, error)
+    return f"{type(error).__name__}: {error}"

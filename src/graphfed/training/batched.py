@@ -24,14 +24,9 @@ from torch.func import functional_call, vmap
 
 from graphfed.models.dropout import keyed
 from graphfed.tensors import Params
-from graphfed.training.batches import (
-    GraphBatch,
-    PreparedClient,
-    PreparedGraphClient,
-    PreparedNodeClient,
-)
+from graphfed.training.batches import GraphBatch, NodeBatch, PreparedClient, PreparedNodeClient
 from graphfed.training.stacked_optim import StackedOptimizer
-from graphfed.training.step import LocalStep
+from graphfed.training.step import LocalStep, proximal_penalty
 from graphfed.training.trainer import Trainer, TrainStats
 
 
@@ -59,21 +54,6 @@ def batch_refusal(trainer: Trainer, data: PreparedClient) -> str | None:
     return None
 
 
-def _epoch_order(count: int, batch_size: int | None, generator: torch.Generator) -> Tensor:
-    """Positions one epoch visits, as ``PreparedNodeClient.epoch_nodes`` and
-    ``PreparedGraphClient.batches`` order them: shuffled only when cut into mini-batches."""
-    if batch_size is None or batch_size >= count:
-        return torch.arange(count)
-    return torch.randperm(count, generator=generator)
-
-
-def _chunks(count: int, batch_size: int | None, generator: torch.Generator) -> list[Tensor]:
-    if count == 0:
-        return []
-    order = _epoch_order(count, batch_size, generator)
-    return [order] if batch_size is None or batch_size >= count else list(order.split(batch_size))
-
-
 def _padded(rows: list[Tensor], length: int, fill: float | int = 0) -> Tensor:
     """``rows`` (each ``[n_k, ...]``) stacked into ``[K, length, ...]``, filled past ``n_k``."""
     out = rows[0].new_full((len(rows), length, *rows[0].shape[1:]), fill)
@@ -98,19 +78,19 @@ class _NodeLayout:
         weights = [c.edge_weight for c in clients]
         self.edge_weight = (None if weights[0] is None
                             else _padded(weights, self.edge_index.size(2)))
-        self.train = [c.index["train"] for c in clients]
-        self.whole = self._targets(self.train)  # a full-batch step's, the same every time
+        self.whole = self._targets([c.index["train"] for c in clients])  # full-batch steps
 
     def inputs(self) -> tuple:
         return self.x, self.edge_index, self.edge_weight
 
-    def targets(self, chosen: list[Tensor | None], whole: bool) -> tuple[Tensor, Tensor, Tensor]:
-        """Per client the positions its loss reads (padded with the dummy), their labels and
-        the mask of real ones; ``whole``: every client's whole train split."""
+    def targets(self, chosen: list[NodeBatch | None], whole: bool
+                ) -> tuple[Tensor, Tensor, Tensor]:
+        """Per client the nodes its loss reads (padded with the dummy), their labels and the
+        mask of real ones; ``whole``: every client's whole train split."""
         if whole:
             return self.whole
-        return self._targets([self.train[k][c] if c is not None else self.train[k][:0]
-                              for k, c in enumerate(chosen)])
+        none = self.y.new_zeros(0)
+        return self._targets([b.index if b is not None else none for b in chosen])
 
     def _targets(self, index: list[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
         width = max(1, max(len(i) for i in index))
@@ -161,9 +141,7 @@ def train_together(trainer: Trainer, jobs: list[ClientJob], epochs: int,
     keys = torch.tensor([j.seed & 0x7FFFFFFF for j in jobs], dtype=torch.int32, device=device)
     generators = [torch.Generator().manual_seed(j.seed) for j in jobs]
     layout = _node_layout(jobs, cache) if isinstance(jobs[0].data, PreparedNodeClient) else None
-    counts_of = ([len(t) for t in layout.train] if layout is not None
-                 else [j.data.num_samples("train") for j in jobs])
-    whole = batch_size is None or batch_size >= max(counts_of)
+    whole = batch_size is None or batch_size >= max(j.data.num_samples("train") for j in jobs)
     total = torch.zeros(clients, device=device)
     samples = torch.zeros(clients, dtype=torch.long, device=device)
     steps = torch.zeros(clients, dtype=torch.long, device=device)
@@ -171,18 +149,21 @@ def train_together(trainer: Trainer, jobs: list[ClientJob], epochs: int,
     model.train()
     step = 0
     for _ in range(epochs):
-        chunks = [_chunks(n, batch_size, g) for n, g in zip(counts_of, generators, strict=True)]
-        for s in range(max(len(c) for c in chunks)):
-            chosen = [c[s] if s < len(c) else None for c in chunks]
-            active = everyone if all(c is not None for c in chosen) else torch.tensor(
-                [c is not None for c in chosen], device=device)
+        # each client's own epoch of batches, shuffled by its own generator
+        epoch = [iter(j.data.batches("train", batch_size, True, g))
+                 for j, g in zip(jobs, generators, strict=True)]
+        while True:
+            chosen = [next(batches, None) for batches in epoch]
+            if all(b is None for b in chosen):
+                break
+            active = everyone if all(b is not None for b in chosen) else torch.tensor(
+                [b is not None for b in chosen], device=device)
             if layout is not None:
                 inputs = layout.inputs()
                 positions, targets, mask = layout.targets(chosen, whole)
             else:
                 inputs, targets, mask = _graph_inputs(
-                    [_take(j.data, c, batch_size) for j, c in zip(jobs, chosen, strict=True)],
-                    device, jobs[0].data.splits["train"].x.size(1))
+                    chosen, device, jobs[0].data.splits["train"].x.size(1))
                 positions = None
             logits = _forward(model, live, keys, step, inputs)
             if positions is not None:
@@ -196,8 +177,7 @@ def train_together(trainer: Trainer, jobs: list[ClientJob], epochs: int,
             loss = (losses * mask).sum(1) / counts.clamp(min=1)
             objective = loss
             if anchor is not None:
-                objective = objective + 0.5 * mu * sum(
-                    ((live[n] - anchor[n]) ** 2).flatten(1).sum(1) for n in live)
+                objective = objective + proximal_penalty(mu, live, anchor, clients=True)
             (objective * active).sum().backward()
             optimizer.step(active)
             for p in live.values():
@@ -222,15 +202,6 @@ def _node_layout(jobs: list[ClientJob], cache: dict | None) -> _NodeLayout:
         cache.clear()  # one set of clients at a time: a new sample replaces the last
         cache[key] = layout
     return layout
-
-
-def _take(data: PreparedGraphClient, chunk: Tensor | None,
-          batch_size: int | None) -> GraphBatch | None:
-    if chunk is None:
-        return None
-    graphs = data.splits["train"]
-    return graphs.all() if batch_size is None or batch_size >= graphs.num_graphs \
-        else graphs.take(chunk)
 
 
 def _forward(model, live: Params, keys: Tensor, step: int, inputs: tuple) -> Tensor:

@@ -17,6 +17,14 @@ from graphfed.data.sampling import WHOLE_GRAPH_WEIGHTS, NeighbourSampler, Sampli
 from graphfed.errors import GraphfedError
 
 
+def permutation(n: int, device: torch.device, generator: torch.Generator | None) -> Tensor:
+    """A random order of ``n`` items on ``device``: from the global RNG of that device, or from
+    ``generator`` (drawn on the CPU: the same stream on every device)."""
+    if generator is None:
+        return torch.randperm(n, device=device)
+    return torch.randperm(n, generator=generator).to(device)
+
+
 @dataclass
 class NodeBatch:
     """Full-graph inputs; the loss is taken on ``index`` nodes."""
@@ -102,20 +110,24 @@ class PreparedNodeClient:
         logits = call(model, (self.x, self.edge_index, self.edge_weight))
         return {s: (logits[self.index[s]], self.y[self.index[s]]) for s in wanted}
 
-    def epoch_nodes(self, split: str, batch_size: int | None, shuffle: bool) -> Tensor:
+    def epoch_nodes(self, split: str, batch_size: int | None, shuffle: bool,
+                    generator: torch.Generator | None = None) -> Tensor:
         """The nodes one epoch visits, in order: on the train split a fresh random subset of
         ``train_fraction`` of the client's node count; shuffled when cut into mini-batches."""
         index = self.index[split]
         subsample = split == "train" and self.sampling.train_fraction < 1.0
         whole = batch_size is None or batch_size >= len(index)
         if subsample or (shuffle and not whole):
-            index = index[torch.randperm(len(index), device=index.device)]
+            index = index[permutation(len(index), index.device, generator)]
         if subsample:
             index = index[:max(1, int(len(self.y) * self.sampling.train_fraction))]
         return index
 
-    def batches(self, split: str, batch_size: int | None, shuffle: bool):
-        index = self.epoch_nodes(split, batch_size, shuffle)
+    def batches(self, split: str, batch_size: int | None, shuffle: bool,
+                generator: torch.Generator | None = None):
+        """One epoch's batches; shuffled by ``generator`` where one is given (a CPU generator:
+        the batched engine's per-client stream), else by the global RNG."""
+        index = self.epoch_nodes(split, batch_size, shuffle, generator)
         if batch_size is None or batch_size >= len(index):
             yield self.batch_of(index)
             return
@@ -175,7 +187,9 @@ class PreparedGraphClient:
                 out[s] = (batch.forward(model, call), batch.targets)
         return out
 
-    def batches(self, split: str, batch_size: int | None, shuffle: bool):
+    def batches(self, split: str, batch_size: int | None, shuffle: bool,
+                generator: torch.Generator | None = None):
+        """One epoch's mini-batches of whole graphs (see ``PreparedNodeClient.batches``)."""
         graphs = self.splits[split]
         n = graphs.num_graphs
         if n == 0:
@@ -184,7 +198,8 @@ class PreparedGraphClient:
             yield graphs.all()
             return
         device = graphs.batch.device
-        order = torch.randperm(n, device=device) if shuffle else torch.arange(n, device=device)
+        order = (permutation(n, device, generator) if shuffle
+                 else torch.arange(n, device=device))
         for chunk in order.split(batch_size):
             yield graphs.take(chunk)
 

@@ -59,14 +59,8 @@ class StackedOptimizer:
         momentum = self.options.momentum
         if not momentum:
             return self.options.lr * grad
-        if "buf" not in state:  # torch.optim.SGD: the first step's buffer is the gradient
-            state["buf"] = torch.where(on, grad, torch.zeros_like(grad))
-            started = on.clone()
-        else:
-            started = state["started"]
-            fresh = on & ~started
-            state["buf"] = torch.where(fresh, grad, torch.where(
-                on, momentum * state["buf"] + grad, state["buf"]))
-            started = started | on
-        state["started"] = started
-        return self.options.lr * state["buf"]
+        # torch.optim.SGD: a client's first step starts its buffer at the gradient
+        first = on & (self.steps == 1).view(on.shape)
+        buf = state.setdefault("buf", torch.zeros_like(grad))
+        buf.copy_(torch.where(first, grad, torch.where(on, momentum * buf + grad, buf)))
+        return self.options.lr * buf

@@ -6,19 +6,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from torch import Tensor
+
 from graphfed.tensors import Params
 from graphfed.training.trainer import ExtraLoss
 
 
+def proximal_penalty(mu: float | Tensor, live: Params, anchor: Params,
+                     clients: bool = False) -> Tensor:
+    """(mu/2) * ||w - anchor||^2 over all parameters (FedProx, Li et al. 2020, Eq. 2); with
+    ``clients`` the tensors are stacked per client (``[K, ...]``, ``mu`` of shape ``[K]``) and
+    the result is one penalty per client."""
+    start = 1 if clients else 0
+    return 0.5 * mu * sum(((live[k] - anchor[k]) ** 2).flatten(start).sum(-1) for k in anchor)
+
+
 def proximal_term(mu: float, anchor: Params) -> ExtraLoss:
-    """(mu/2) * ||w - anchor||^2 over all parameters (FedProx, Li et al. 2020, Eq. 2), as a
-    loss closure."""
+    """``proximal_penalty`` around a fixed ``anchor``, as a loss closure."""
     frozen = {k: v.detach() for k, v in anchor.items()}
-
-    def loss(live: Params):
-        return 0.5 * mu * sum(((live[k] - frozen[k]) ** 2).sum() for k in frozen)
-
-    return loss
+    return lambda live: proximal_penalty(mu, live, frozen)
 
 
 @dataclass
