@@ -25,7 +25,7 @@ from graphfed.data.federated import (
     materialize,
 )
 from graphfed.models.gnn import build_model
-from graphfed.protocol import ClientContext, Setup
+from graphfed.protocol import ClientContext, ClientSize, Setup
 from graphfed.training import PreparedClient, Trainer, prepare_client
 
 
@@ -77,6 +77,11 @@ def build_algorithm(config: ExperimentConfig, seed: int, level: str, num_feature
                   options=config.algorithm_options(), local_epochs=config.local_epochs,
                   batch_size=config.batch_size)
     return algorithm, trainer, setup
+
+
+def client_sizes(data: FederatedData) -> tuple[ClientSize, ...]:
+    """Every client's size as the partition made it: what the server weighs replies by."""
+    return tuple(ClientSize(c.num_samples("train"), c.num_nodes) for c in data.clients)
 
 
 def prepare_global_test(config: ExperimentConfig, trainer: Trainer,

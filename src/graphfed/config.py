@@ -163,6 +163,10 @@ class ExperimentConfig(BaseModel):
                              "(partition.global_test > 0)")
         if self.csbm is not None and self.dataset not in SYNTHETIC:
             raise ValueError("the csbm section applies only to dataset=csbm")
+        if self.runtime == "flower" and self.flower.owner_keys is None:
+            raise ValueError("runtime=flower needs flower.owner_keys: the directory of the "
+                             "owners' public keys (owner-<i>.pub), so the server knows which "
+                             "node is which client")
         return self
 
     def _check_sampling(self, level: str) -> None:

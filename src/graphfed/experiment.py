@@ -12,7 +12,7 @@ import os
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -23,6 +23,7 @@ import yaml
 from graphfed.build import (
     build_algorithm,
     client_context,
+    client_sizes,
     federated_data,
     prepare_global_test,
     resolve_device,
@@ -106,12 +107,13 @@ def build_federation(config: ExperimentConfig, seed: int,
                                                 data.num_classes, data.num_clients,
                                                 resolve_device(config.device))
     global_test = prepare_global_test(config, trainer, data.global_test)
+    server = algorithm.server(replace(setup.on(SERVER_DEVICE), client_sizes=client_sizes(data)))
     if make_runtime is not None:
-        runtime = make_runtime(algorithm.server(setup.on(SERVER_DEVICE)), config, seed, data)
+        runtime = make_runtime(server, config, seed, data)
         return Federation(config, seed, data, trainer, runtime, global_test)
     contexts = [client_context(config, trainer, i, c, global_test)
                 for i, c in enumerate(data.clients)]
-    runtime = SimulationRuntime(algorithm.server(setup.on(SERVER_DEVICE)), algorithm.client(setup),
+    runtime = SimulationRuntime(server, algorithm.client(setup),
                                 contexts, config.client_fraction, seed,
                                 batched=config.engine == "batched" and algorithm.batched)
     return Federation(config, seed, data, trainer, runtime, global_test)

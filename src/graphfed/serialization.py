@@ -1,4 +1,4 @@
-"""Reading graphfed's own files without running anything in them.
+"""Reading graphfed's own files without running anything in them, and writing private ones.
 
 Checkpoints, partition artifacts, owner files and a Flower node's client state are read with
 ``torch.load(weights_only=True)``: tensors, numbers, strings and containers only, plus the few
@@ -9,6 +9,7 @@ call, another class to build) is refused with one readable error before any of i
 from __future__ import annotations
 
 import io
+import os
 import pickle
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,3 +43,12 @@ def safe_load(source: str | Path | bytes, what: str, allowed: Sequence[type] = (
                       first[0] if first else "")
         raise GraphfedError(f"{name} is not a {what} graphfed can read safely "
                             f"({detail.strip()[:160]}); nothing in it was run") from None
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` readable by its owner only from the first byte on (keys, an
+    owner's data): the file is created 0600, and an existing one is narrowed before writing."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)

@@ -45,6 +45,10 @@ class NodeClient:
     def num_samples(self, split: str) -> int:
         return int(getattr(self.graph, f"{split}_mask").sum())
 
+    @property
+    def num_nodes(self) -> int:
+        return int(self.graph.num_nodes)
+
     def labels(self, split: str) -> torch.Tensor:
         return self.graph.y[getattr(self.graph, f"{split}_mask")]
 
@@ -58,6 +62,10 @@ class GraphClient:
 
     def num_samples(self, split: str) -> int:
         return len(self.graphs[split])
+
+    @property
+    def num_nodes(self) -> int:
+        return sum(int(g.num_nodes) for graphs in self.graphs.values() for g in graphs)
 
     def labels(self, split: str) -> torch.Tensor:
         graphs = self.graphs[split]

@@ -22,3 +22,7 @@ class FlowerOptions(BaseModel):
     superlink: str = Field("127.0.0.1:9093", description="flower: SuperLink control address")
     root_certificates: str | None = Field(
         None, description="flower: CA certificate the SuperLink's TLS certificate is signed by")
+    owner_keys: str | None = Field(
+        None, description="flower: directory of the owners' public keys (owner-<i>.pub, from "
+        "graphfed federation credentials); a node is admitted as client i only if it signs "
+        "the server's challenge with owner i's private key")
