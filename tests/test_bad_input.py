@@ -188,7 +188,8 @@ REPORT_CASES = [
     ("--plot under a file", report_with(_nothing, "--plot", "README.md/curves.png"),
      "README.md is not a directory"),
     ("--metric no round records", report_with(_nothing, "--metric", "nope"),
-     "--metric nope: no round of these runs records it; recorded: bytes_down"),
+     "--metric nope: no round of these runs records it as a number; numbers recorded: "
+     "bytes_down"),
 ]
 
 

@@ -320,7 +320,7 @@ def new_run_dir(config: ExperimentConfig, out: Path) -> Path:
         run_dir = _new_run_dir(out, _run_name(config))
     except OSError as e:
         raise GraphfedError(f"cannot make a run directory under --out {out}: {e.strerror} "
-                          f"({e.filename}); choose a writable directory") from None
+                            f"({e.filename}); choose a writable directory") from None
     try:
         (run_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
     except OSError as e:

@@ -54,27 +54,32 @@ def summary_rows(runs: list[dict]) -> list[dict]:
     return rows
 
 
-def mean_curves(runs: list[dict], metric: str = "test_acc") -> dict[str, tuple[list, list]]:
+Curve = tuple[str, list[int], list[float]]  # run name, rounds, mean over seeds at each
+
+
+def mean_curves(runs: list[dict], metric: str = "test_acc") -> list[Curve]:
     """Per run, the rounds every seed evaluated ``metric`` at and its mean over seeds there; a
     metric no run records is refused, naming the ones they do."""
-    out, recorded = {}, set()
+    out: list[Curve] = []
+    recorded: set[str] = set()
     for run in runs:
         curves = []
         for seed in run["seeds"]:
             points = read_metrics(Path(run["run_dir"]) / f"seed-{seed}" / "metrics.jsonl")
             recorded.update(k for p in points for k, v in p.items()
                             if isinstance(v, (int, float)) and k != "round")
-            curves.append({p["round"]: p[metric] for p in points if metric in p})
+            curves.append({p["round"]: p[metric] for p in points
+                           if isinstance(p.get(metric), (int, float))})
         rounds = sorted(set.intersection(*(set(c) for c in curves)))
-        out[Path(run["run_dir"]).name] = (
-            rounds, [sum(c[r] for c in curves) / len(curves) for r in rounds])
-    if not any(rounds for rounds, _ in out.values()):
-        raise GraphfedError(f"--metric {metric}: no round of these runs records it; recorded: "
-                            f"{', '.join(sorted(recorded))}")
+        out.append((Path(run["run_dir"]).name, rounds,
+                    [sum(c[r] for c in curves) / len(curves) for r in rounds]))
+    if not any(rounds for _, rounds, _ in out):
+        raise GraphfedError(f"--metric {metric}: no round of these runs records it as a "
+                            f"number; numbers recorded: {', '.join(sorted(recorded))}")
     return out
 
 
-def plot_curves(curves: dict[str, tuple[list, list]], datasets: list[str], path: str | Path,
+def plot_curves(curves: list[Curve], datasets: list[str], path: str | Path,
                 metric: str = "test_acc") -> None:
     """``mean_curves``'s lines, one per run, saved to ``path``."""
     import matplotlib
@@ -83,7 +88,7 @@ def plot_curves(curves: dict[str, tuple[list, list]], datasets: list[str], path:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    for name, (rounds, means) in curves.items():
+    for name, rounds, means in curves:
         if rounds:
             ax.plot(rounds, means, label=name)
     ax.set_title(f"{metric} by round on {', '.join(datasets)} (mean over seeds)")

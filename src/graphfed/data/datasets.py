@@ -2,7 +2,8 @@
 
 The data root is ``$GRAPHFED_DATA`` and is treated as read-only: PyG writes ``processed/`` next to
 ``raw/``, so each dataset is processed under the cache directory (``$GRAPHFED_CACHE``, default
-``~/.cache/graphfed``) with its ``raw/`` folder linked to the read-only copy. Without
+``~/.cache/graphfed``) with its ``raw/`` folder linked to the read-only copy, in a folder of its
+own for each place and state of those raw files (``graphfed.data.staged``). Without
 ``GRAPHFED_DATA`` the datasets are downloaded into the cache the way PyG normally does.
 """
 
