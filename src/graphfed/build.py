@@ -17,7 +17,7 @@ import torch
 
 from graphfed.algorithms.registry import Algorithm, get_algorithm
 from graphfed.config import ConfigError, ExperimentConfig
-from graphfed.data.datasets import GraphDataset, load_dataset
+from graphfed.data.datasets import GraphDataset, data_root, load_dataset
 from graphfed.data.federated import (
     ClientData,
     FederatedData,
@@ -44,14 +44,16 @@ def resolve_device(name: str) -> torch.device:
 
 
 @lru_cache(maxsize=4)
-def _cached_dataset(name: str, options_json: str) -> GraphDataset:
+def _cached_dataset(name: str, options_json: str, root: str) -> GraphDataset:
+    """One load per dataset, options and data root (``root`` keys the cache only: a process
+    that points GRAPHFED_DATA elsewhere loads from there)."""
     return load_dataset(name, json.loads(options_json) or None)
 
 
 def federated_data(config: ExperimentConfig, seed: int) -> FederatedData:
     """The clients of this config and seed (the partition artifact is built once, then reused)."""
     options = config.dataset_options
-    data = _cached_dataset(config.dataset, json.dumps(options, sort_keys=True))
+    data = _cached_dataset(config.dataset, json.dumps(options, sort_keys=True), str(data_root()))
     partition_seed = config.partition.seed if config.partition.seed is not None else seed
     artifact = load_or_build_partition(data, config.partition, config.num_clients,
                                        partition_seed, options)

@@ -18,13 +18,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import torch
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 from torch import Tensor
 
 from graphfed.errors import GraphfedError
 from graphfed.tensors import Params, move_tensors
 from graphfed.training import PreparedClient, Trainer, TrainStats
 from graphfed.training.step import LocalStep
+from graphfed.validation import OPTIONS
 
 Scalar = int | float | bool
 TensorSpec = dict[str, tuple[tuple[int, ...], torch.dtype]]
@@ -126,7 +127,7 @@ def _shape_fits(got: tuple[int, ...], expected: tuple[int, ...]) -> bool:
 class AlgorithmOptions(BaseModel):
     """Base of each algorithm's options (its config section, e.g. ``fedprox.mu``)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = OPTIONS
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,10 @@ class RunView(Protocol):
 
     model: Any
     sampling: Any
+    num_clients: int
+    rounds: int
+
+    def algorithm_options(self) -> AlgorithmOptions: ...
 
 
 Check = Callable[[RunView], None]
@@ -130,5 +134,5 @@ def get_algorithm(name: str) -> Algorithm:
         name = ALIASES.get(name, name)
     if name not in REGISTRY:
         raise GraphfedError(
-            f"unknown algorithm '{name}'; available: {', '.join(sorted(REGISTRY))}")
+            f"unknown algorithm {name!r}; available: {', '.join(sorted(REGISTRY))}")
     return REGISTRY[name]

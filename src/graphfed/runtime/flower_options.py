@@ -3,11 +3,13 @@ without it installed)."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
+
+from graphfed.validation import OPTIONS
 
 
 class FlowerOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = OPTIONS
 
     client_cpus: float = Field(1.0, gt=0, description="flower-sim: CPU cores per client")
     client_gpus: float = Field(0.0, ge=0, description="flower-sim: GPU share per client")
