@@ -58,9 +58,7 @@ class Algorithm:
 
     ``check`` raises ``ValueError`` (with a readable message) for a config the method cannot run
     beyond its ``levels``, e.g. a model or sampling it does not support; the config layer calls
-    it, so method-specific rules live with the method. ``exemptions`` names the conformance
-    checks (``tests/test_conformance.py``) the method meets only on one CPU thread, each with
-    the reason; the conformance test runs those checks single-threaded."""
+    it, so method-specific rules live with the method."""
 
     name: str
     server: type[Server]
@@ -73,7 +71,6 @@ class Algorithm:
     model: ModelFactory | None = None  # a method-defined network instead of config.model
     aliases: tuple[str, ...] = ()
     check: Check | None = None
-    exemptions: tuple[tuple[str, str], ...] = ()
     batched: bool = False  # its clients' fit is Client.fit_by_step: the batched engine applies
 
 
