@@ -7,6 +7,7 @@ import dataclasses
 import io
 import os
 import stat
+import warnings
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,24 @@ def test_a_crafted_partition_artifact_is_refused_unrun(tmp_path, monkeypatch):
     _crafted(artifact_path(data.partition_id), marker)
     with pytest.raises(GraphfedError, match="partition artifact"):
         federated_data(config, 0)
+    assert not marker.exists()
+
+
+@require("Cora")
+def test_a_crafted_processed_dataset_file_is_refused_unrun(tmp_path, monkeypatch):
+    """PyG itself would read it again with weights_only=False after its safe read refused it."""
+    from graphfed.data.datasets import load_dataset
+
+    monkeypatch.setenv("GRAPHFED_CACHE", str(tmp_path / "cache"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # PyG's "Weights only load failed" warning: none now
+        assert load_dataset("Cora").graph.num_nodes == 2708  # builds the processed files
+        assert load_dataset("Cora").graph.num_nodes == 2708  # and reads them back
+    (processed,) = (tmp_path / "cache").rglob("processed/data.pt")
+    marker = tmp_path / "ran"
+    _crafted(processed, marker)
+    with pytest.raises(GraphfedError, match="processed dataset file.*delete"):
+        load_dataset("Cora")
     assert not marker.exists()
 
 

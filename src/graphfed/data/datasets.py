@@ -195,7 +195,7 @@ def _build_once(work: Path, spec: DatasetSpec, staged: StagedRaw | None,
     """``load()`` the dataset in ``work``; the first time for these raw files, verify them and
     link them in first, and mark the folder built after."""
     if staged is None or is_built(work):
-        return load()
+        return _load_plain(work, load)
     checked = staged.verify()
     link = work / spec.raw_subdir
     if not link.exists():
@@ -203,9 +203,27 @@ def _build_once(work: Path, spec: DatasetSpec, staged: StagedRaw | None,
         tmp = link.with_name(f".raw-{os.getpid()}")
         tmp.symlink_to(staged.raw, target_is_directory=True)
         tmp.replace(link)
-    dataset = load()
+    dataset = _load_plain(work, load)
     mark_built(work, staged, checked)
     return dataset
+
+
+def _load_plain(work: Path, load: Callable[[], Any]) -> Any:
+    """``load()`` once every processed file under ``work`` proved to hold only tensors and PyG's
+    graph containers. PyG reads them with ``weights_only=True`` but, when that refuses a class,
+    warns and reads again with ``weights_only=False``: a crafted processed file would run code.
+    Checked here first, it is refused instead; allowing the graph containers for PyG's own
+    read makes that read succeed without its fallback."""
+    import torch
+
+    from graphfed.serialization import graph_classes, safe_load
+
+    allowed = graph_classes()
+    for path in sorted(work.rglob("processed/*.pt")):
+        safe_load(path, "processed dataset file", allowed,
+                  remedy=f"delete {path.parent.parent} to rebuild it from the raw files")
+    with torch.serialization.safe_globals(allowed):
+        return load()
 
 
 def _load_pyg(spec: DatasetSpec):
