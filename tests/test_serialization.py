@@ -83,7 +83,7 @@ def test_a_crafted_processed_dataset_file_is_refused_unrun(tmp_path, monkeypatch
     (processed,) = (tmp_path / "cache").rglob("processed/data.pt")
     marker = tmp_path / "ran"
     _crafted(processed, marker)
-    with pytest.raises(GraphfedError, match="processed dataset file.*delete"):
+    with pytest.raises(GraphfedError, match=r"processed dataset file.*delete"):
         load_dataset("Cora")
     assert not marker.exists()
 
