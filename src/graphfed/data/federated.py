@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import torch
 from torch_geometric.data import Data
 from torch_geometric.utils import subgraph
 
-from graphfed.data.datasets import GraphDataset, Level, cache_dir, unwritable_cache
+from graphfed.data.datasets import GraphDataset, Level, cache_dir, save_to_cache
 from graphfed.data.partition import (
     PartitionBase,
     RatioPartition,
@@ -199,16 +198,7 @@ def load_or_build_partition(data: GraphDataset, options: PartitionBase, num_clie
         if artifact.params == params:
             return artifact
     artifact = build_partition(data, options, num_clients, seed, dataset_options)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    # saved through a Python file: torch.save given a path reports an unwritable one as a
-    # RuntimeError, not an OSError
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tmp.open("wb") as f:
-            torch.save(artifact, f)
-        tmp.replace(path)
-    except OSError as e:
-        raise unwritable_cache(f"partition {artifact.id}", e) from None
+    save_to_cache(artifact, path, f"partition {artifact.id}")
     return artifact
 
 
