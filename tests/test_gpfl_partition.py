@@ -3,6 +3,8 @@ NCI1: equal client sizes, capped priors, the fill loop's label skew, per-client 
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -129,3 +131,15 @@ def test_bad_settings_exit_with_one_line(tmp_path, overrides, message):
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     assert message in lines[0]
+
+
+@require("PROTEINS")
+def test_a_run_on_the_split_evaluates_test_folds_and_no_validation(tmp_path):
+    result = CliRunner().invoke(app, [
+        "run", "dataset=PROTEINS", "algorithm=fedavg", "model=gin", "partition=gpfl_dirichlet",
+        "partition.alpha=0.5", "num_clients=25", "rounds=1", "--out", str(tmp_path), "--quiet"])
+    assert result.exit_code == 0, result.output
+    [summary] = tmp_path.glob("*/summary.json")
+    final = json.loads(summary.read_text())["final"]
+    assert 0 <= final["test_acc"] <= 1
+    assert not any(key.startswith("val_") for key in final)
