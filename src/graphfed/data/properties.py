@@ -20,7 +20,7 @@ A graph without edges gets 0 for 1-5 (the code's guard; the exponent would be -i
 averages the degrees over nodes 0 .. (last node with an edge), leaving out isolated nodes
 numbered after it; here the mean is over all n nodes, as the spec defines it. No PROTEINS or NCI1
 graph has such a trailing node, and the values match the code's shipped ``property/*.pt`` to
-float32 rounding (``tests/test_properties.py``).
+float32 rounding on every graph (``benchmarks/verify_gpfl_properties.py``).
 """
 
 from __future__ import annotations
