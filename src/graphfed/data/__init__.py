@@ -1,4 +1,5 @@
-"""Data layer: real datasets by name, federated simulations, partition artifacts.
+"""Data layer: real datasets by name, federated simulations, partition artifacts, graph
+properties.
 
 The names below load on first use (PEP 562), so listing the datasets (``graphfed datasets``)
 does not import torch or PyG.
@@ -14,6 +15,7 @@ _HOME = {
     "FederatedData": "federated", "GraphClient": "federated", "NodeClient": "federated",
     "build_partition": "federated", "load_or_build_partition": "federated",
     "materialize": "federated", "parse_partition": "partition",
+    "dataset_properties": "properties",
 }
 __all__ = sorted(_HOME)
 

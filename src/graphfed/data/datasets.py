@@ -168,6 +168,23 @@ def unwritable_cache(what: str, error: OSError) -> DatasetError:
                         f"GRAPHFED_CACHE at a writable folder (now {cache_dir()})")
 
 
+def save_to_cache(obj: Any, path: Path, what: str) -> None:
+    """``torch.save`` ``obj`` to ``path`` in the cache atomically (a temporary file renamed into
+    place), so a reader never sees half a file; an unwritable cache is one ``DatasetError``."""
+    import torch
+
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    # saved through a Python file: torch.save given a path reports an unwritable one as a
+    # RuntimeError, not an OSError
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tmp.open("wb") as f:
+            torch.save(obj, f)
+        tmp.replace(path)
+    except OSError as e:
+        raise unwritable_cache(what, e) from None
+
+
 def _pyg_root(spec: DatasetSpec) -> tuple[Path, StagedRaw | None]:
     """A writable root for PyG and, with a data root, the staged raw files its raw folder links
     to: one root per place and fingerprint of those files (``staged``), so a cache never

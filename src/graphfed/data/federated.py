@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import torch
 from torch_geometric.data import Data
 from torch_geometric.utils import subgraph
 
-from graphfed.data.datasets import GraphDataset, Level, cache_dir, unwritable_cache
+from graphfed.data.datasets import GraphDataset, Level, cache_dir, save_to_cache
 from graphfed.data.partition import (
     PartitionBase,
     RatioPartition,
@@ -138,11 +137,9 @@ def build_partition(data: GraphDataset, options: PartitionBase, num_clients: int
     check_flip_length(options, num_clients)
     params = partition_params(data.name, dataset_options, options, num_clients, seed)
     rng = np.random.default_rng(seed)
-    total = data.graph.num_nodes if data.level == "node" else len(data.graphs)
-    graph = data.graph if data.level == "node" else None
-    plan = (_ratio_plan(data, options, total, num_clients, seed, rng)
+    plan = (_ratio_plan(data, options, num_clients, seed, rng)
             if isinstance(options, RatioPartition)
-            else options.plan(graph, total, num_clients, seed, rng))
+            else options.plan(data.graph, item_labels(data), num_clients, seed, rng))
     perturbed = (_flipped_training_edges(data.graphs, plan, options.edge_flip, rng)
                  if options.edge_flip is not None else [])
     return PartitionArtifact(partition_id(params), params, data.level, plan.client_ids,
@@ -150,12 +147,18 @@ def build_partition(data: GraphDataset, options: PartitionBase, num_clients: int
                              edge_relabel=plan.edge_relabel)
 
 
-def _ratio_plan(data: GraphDataset, options: RatioPartition, total: int, num_clients: int,
-                seed: int, rng: np.random.Generator) -> SplitPlan:
+def item_labels(data: GraphDataset) -> torch.Tensor:
+    """The label of every node (node level) or graph (graph level) of ``data``."""
+    return data.graph.y if data.level == "node" else torch.cat([g.y for g in data.graphs])
+
+
+def _ratio_plan(data: GraphDataset, options: RatioPartition, num_clients: int, seed: int,
+                rng: np.random.Generator) -> SplitPlan:
     """The usual split: a random global test cut, ``options.assign`` on the rest, then each
     client's items split by the train/val/test ratios."""
-    order = rng.permutation(total)
-    n_test = round(options.global_test * total)
+    labels = item_labels(data)
+    order = rng.permutation(len(labels))
+    n_test = round(options.global_test * len(labels))
     global_test = torch.as_tensor(np.sort(order[:n_test]), dtype=torch.long)
     pool = torch.as_tensor(np.sort(order[n_test:]), dtype=torch.long)
     if data.level == "node":
@@ -164,8 +167,7 @@ def _ratio_plan(data: GraphDataset, options: RatioPartition, total: int, num_cli
         pool_graph = Data(edge_index=edge_index, y=data.graph.y[pool], num_nodes=len(pool))
         parts = options.assign(pool_graph.y, pool_graph, num_clients, seed)
     else:
-        labels = torch.cat([data.graphs[i].y for i in pool.tolist()])
-        parts = options.assign(labels, None, num_clients, seed)
+        parts = options.assign(labels[pool], None, num_clients, seed)
     client_ids = [pool[p] for p in parts]
     client_splits = [_split_assignment(len(ids), options.split, rng) for ids in client_ids]
     return SplitPlan(global_test, client_ids, client_splits)
@@ -196,16 +198,7 @@ def load_or_build_partition(data: GraphDataset, options: PartitionBase, num_clie
         if artifact.params == params:
             return artifact
     artifact = build_partition(data, options, num_clients, seed, dataset_options)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    # saved through a Python file: torch.save given a path reports an unwritable one as a
-    # RuntimeError, not an OSError
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tmp.open("wb") as f:
-            torch.save(artifact, f)
-        tmp.replace(path)
-    except OSError as e:
-        raise unwritable_cache(f"partition {artifact.id}", e) from None
+    save_to_cache(artifact, path, f"partition {artifact.id}")
     return artifact
 
 

@@ -10,10 +10,11 @@ from typing import Annotated, ClassVar, Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, Field, TypeAdapter, field_validator
+from pydantic import BaseModel, Field, TypeAdapter, field_validator, model_validator
 from torch_geometric.data import Data
 
 from graphfed.data.partition.fedego import label_skew_plan, louvain_plan
+from graphfed.data.partition.gpfl import gpfl_split
 from graphfed.data.partition.graph import gcfl_chunk_split, gcfl_code_split
 from graphfed.data.partition.label_skew import dirichlet_split, uniform_split
 from graphfed.data.partition.node import louvain_split, major_labels_split, metis_split
@@ -55,10 +56,10 @@ class PartitionBase(BaseModel):
     def has_global_test(self) -> bool:
         return self.global_test > 0 or self.own_global_test is not None
 
-    def plan(self, graph: Data | None, num_items: int, num_clients: int, seed: int,
+    def plan(self, graph: Data | None, labels: torch.Tensor, num_clients: int, seed: int,
              rng: np.random.Generator) -> SplitPlan:
         """The whole split (global test, clients, their local tests) of a partition that decides
-        all of it itself (``graph``: node level only; ``num_items``: its nodes or graphs);
+        all of it itself (``graph``: node level only; ``labels``: of every node or graph);
         ``RatioPartition`` kinds are split by the usual path instead."""
         raise NotImplementedError
 
@@ -157,8 +158,38 @@ class GCFLCodePartition(PartitionBase):
     name: Literal["gcfl_code"] = "gcfl_code"
     seed: Seed | None = Field(123, description="split seed; the code's 123 for every repeat")
 
-    def plan(self, graph, num_items, num_clients, seed, rng):
-        return gcfl_code_split(num_items, num_clients, seed)
+    def plan(self, graph, labels, num_clients, seed, rng):
+        return gcfl_code_split(len(labels), num_clients, seed)
+
+
+class GPFLDirichletPartition(PartitionBase):
+    """GPFL's split replayed (``gpfl_split``): equal-size clients with Dirichlet label priors
+    capped at 0.95, then per client a stratified ``folds``-fold split whose fold ``fold`` is the
+    test set. No validation set and no global test set, as in the code."""
+
+    levels: ClassVar[tuple[str, ...]] = ("graph",)
+    name: Literal["gpfl_dirichlet"] = "gpfl_dirichlet"
+    alpha: float = Field(0.5, gt=0.0, description="Dirichlet concentration of the class priors")
+    folds: int = Field(5, ge=2, description="stratified folds per client")
+    fold: int = Field(0, ge=0, description="the fold each client tests on (0 .. folds-1)")
+
+    @field_validator("global_test")
+    @classmethod
+    def _no_global_test(cls, v: float) -> float:
+        if v:
+            raise ValueError("gpfl_dirichlet has no global test set (GPFL's code keeps none); "
+                             "leave global_test unset")
+        return v
+
+    @model_validator(mode="after")
+    def _fold_in_range(self) -> GPFLDirichletPartition:
+        if self.fold >= self.folds:
+            raise ValueError(f"fold {self.fold} does not exist with folds={self.folds}; "
+                             f"choose 0 .. {self.folds - 1}")
+        return self
+
+    def plan(self, graph, labels, num_clients, seed, rng):
+        return gpfl_split(labels, num_clients, self.alpha, self.folds, self.fold, seed)
 
 
 VAL_FIFTH = ("share of a client's nodes, just before its local test nodes, held out as validation "
@@ -178,7 +209,7 @@ class FedEgoLabelPartition(PartitionBase):
     test_num: int = Field(200, ge=1, description="local test nodes per client")
     val_fraction: float = Field(0.2, ge=0.0, lt=1.0, description=VAL_FIFTH)
 
-    def plan(self, graph, num_items, num_clients, seed, rng):
+    def plan(self, graph, labels, num_clients, seed, rng):
         return label_skew_plan(graph, num_clients, self.global_test, self.client_size,
                                self.labels, self.major_fraction, self.test_num,
                                self.val_fraction, rng)
@@ -198,19 +229,20 @@ class FedEgoLouvainPartition(PartitionBase):
         False, description="split the graph FedEgo's code split: edges renumbered, features and "
         "labels not (labels decoupled from structure; its Tables 4-5 come from this)")
 
-    def plan(self, graph, num_items, num_clients, seed, rng):
+    def plan(self, graph, labels, num_clients, seed, rng):
         return louvain_plan(graph, num_clients, self.test_num, self.val_fraction, seed,
                             self.delta, self.code_misalignment)
 
 
 PARTITIONS = {cls.model_fields["name"].default: cls for cls in (
     LouvainPartition, MetisPartition, MajorLabelsPartition, DirichletPartition, UniformPartition,
-    GCFLChunkPartition, GCFLCodePartition, FedEgoLabelPartition, FedEgoLouvainPartition)}
+    GCFLChunkPartition, GCFLCodePartition, GPFLDirichletPartition, FedEgoLabelPartition,
+    FedEgoLouvainPartition)}
 
 PartitionOptions = Annotated[
     LouvainPartition | MetisPartition | MajorLabelsPartition | DirichletPartition
-    | UniformPartition | GCFLChunkPartition | GCFLCodePartition | FedEgoLabelPartition
-    | FedEgoLouvainPartition,
+    | UniformPartition | GCFLChunkPartition | GCFLCodePartition | GPFLDirichletPartition
+    | FedEgoLabelPartition | FedEgoLouvainPartition,
     Field(discriminator="name"),
 ]
 
