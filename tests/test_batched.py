@@ -58,10 +58,12 @@ def test_a_batched_round_equals_the_sequential_one_without_dropout(case):
         for name in one:
             # Adam divides by sqrt(v): on a weight whose gradients are at rounding level (a
             # feature a client never sees) the summation order alone can move it by ~lr*1e-3,
-            # so a handful of entries may differ by more than 1e-5; all stay within 1e-4
+            # so a handful of entries may differ by more than 1e-5 (one of post.weight's 4,096
+            # since MKL's strict reproducible mode changed the sequential path's GEMM
+            # blocking); all stay within 1e-4
             diff = (one[name] - other[name]).abs()
             assert diff.max() < 1e-4, (case, name, diff.max())
-            assert (diff > 1e-5).float().mean() < 1e-4, (case, name)
+            assert int((diff > 1e-5).sum()) <= max(3, diff.numel() // 10_000), (case, name)
     for a, b in zip(sequential[1], batched[1], strict=True):
         assert (a["sampled"], a["answered"], a["bytes_up"], a["bytes_down"]) == \
             (b["sampled"], b["answered"], b["bytes_up"], b["bytes_down"])
