@@ -8,11 +8,9 @@ import torch
 
 from graphfed.algorithms.personalized.fedamp import code_weights, paper_weights
 from graphfed.algorithms.registry import get_algorithm
-from graphfed.config import load_config
-from graphfed.experiment import build_federation
 from graphfed.mechanisms.client_network import stack
 from graphfed.protocol import Message, Setup
-from tests.conftest import require
+from tests.conftest import evaluated_after, require
 
 INITIAL = {"w": torch.zeros(2, 3), "b": torch.full((3,), 0.5)}
 
@@ -114,13 +112,8 @@ def test_first_round_pull():
 
 @require("MUTAG")
 def test_client_keeps_and_is_evaluated_on_its_own_model():
-    overrides = ["algorithm=fedamp", "dataset=MUTAG", "partition=dirichlet", "model=gin",
-                 "num_clients=3", "rounds=2", "device=cpu"]
-    fed = build_federation(load_config(None, overrides), 0)
-    fed.fit_round(1)
-    fed.fit_round(2)
-    runtime = fed.runtime
-    records = fed.evaluate(2)["clients"]
+    runtime, records = evaluated_after(["algorithm=fedamp", "dataset=MUTAG", "partition=dirichlet",
+                                        "model=gin", "num_clients=3", "device=cpu"])
     for ctx, record in zip(runtime.contexts, records, strict=True):
         own = ctx.state["params"]
         assert record["test_loss"] == ctx.trainer.evaluate(own, ctx.data)["test"]["loss"]

@@ -12,12 +12,10 @@ from graphfed.algorithms.personalized.pfedgraph import (
     graph_weights,
 )
 from graphfed.algorithms.registry import get_algorithm
-from graphfed.config import load_config
-from graphfed.experiment import build_federation
 from graphfed.mechanisms.client_network import stack
 from graphfed.mechanisms.updates import under_prefix
 from graphfed.protocol import Message, Setup
-from tests.conftest import require
+from tests.conftest import evaluated_after, require
 
 
 def _code_qp(d: np.ndarray, p: np.ndarray, alpha: float) -> np.ndarray:
@@ -131,17 +129,13 @@ def test_server_sends_each_client_its_mix_and_direction():
 
 
 OVERRIDES = ["algorithm=pfedgraph", "dataset=MUTAG", "partition=dirichlet", "model=gin",
-             "num_clients=3", "rounds=2", "device=cpu"]
+             "num_clients=3", "device=cpu"]
 
 
 @require("MUTAG")
 @pytest.mark.parametrize("when", ["before_aggregation", "after_aggregation"])
 def test_evaluated_model_is_the_trained_one_or_the_aggregate(when):
-    fed = build_federation(load_config(None, [*OVERRIDES, f"pfedgraph.evaluate={when}"]), 0)
-    fed.fit_round(1)
-    fed.fit_round(2)
-    runtime = fed.runtime
-    records = fed.evaluate(2)["clients"]
+    runtime, records = evaluated_after([*OVERRIDES, f"pfedgraph.evaluate={when}"])
     for ctx, record in zip(runtime.contexts, records, strict=True):
         trained = ctx.state["params"]
         aggregate = under_prefix(runtime.server.outbox[ctx.client_id], "model.")

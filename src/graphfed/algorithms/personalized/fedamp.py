@@ -120,8 +120,7 @@ class FedAMPClient(PersonalClient):
         return LocalStep(self.own_params(ctx), mu if anchor is not None else 0.0, anchor)
 
     def finish_step(self, message, ctx, params, stats):
-        ctx.state["params"] = params
-        return self.reply(params, ctx, stats)
+        return self.keep(ctx, params, stats)
 
     def fit(self, message, ctx):
         return self.fit_by_step(message, ctx)

@@ -137,9 +137,7 @@ class PFedGraphClient(PersonalClient):
         direction = under_prefix(message.tensors, DIRECTION)
         lam = -o.lam if o.reward_similarity else o.lam
         term = cosine_regulariser(lam, direction) if direction and o.lam > 0 else None
-        trained, stats = self.local_train(self.current(message, ctx), ctx, term)
-        ctx.state["params"] = trained
-        return self.reply(trained, ctx, stats)
+        return self.keep(ctx, *self.local_train(self.current(message, ctx), ctx, term))
 
 
 PFEDGRAPH = register(Algorithm(
