@@ -5,8 +5,8 @@ pFedGraph differ in how they infer W and in what they send, not in this round.
 
 What a client is sent waits for it in ``outbox`` until its next message (the pending-update
 pattern of ``PersonalClient``); a client that did not reply keeps what it was last given. W is
-inferred among the clients that replied this round, as both methods' code does with partial
-participation.
+inferred among the clients that replied this round, as pFedGraph's code and PFLlib's FedAMP do
+with partial participation (GPFL's code trains every client every round).
 """
 
 from __future__ import annotations
