@@ -12,6 +12,7 @@ from abc import abstractmethod
 
 from graphfed.protocol import Client, ClientContext, Message
 from graphfed.tensors import Params
+from graphfed.training import TrainStats
 
 
 class PersonalClient(Client):
@@ -29,3 +30,8 @@ class PersonalClient(Client):
 
     def evaluate(self, message: Message, ctx: ClientContext) -> dict[str, dict]:
         return self.evaluate_params(self.current(message, ctx), ctx)
+
+    def keep(self, ctx: ClientContext, trained: Params, stats: TrainStats) -> Message:
+        """Keep ``trained`` as the client's model and upload all of it."""
+        ctx.state["params"] = trained
+        return self.reply(trained, ctx, stats)

@@ -103,9 +103,7 @@ class DFedGNNClient(PersonalClient):
         return {k: (v + prev[k] + nxt[k]) / 3 for k, v in params.items()}
 
     def fit(self, message, ctx):
-        trained, stats = self.local_train(self.current(message, ctx), ctx)
-        ctx.state["params"] = trained
-        return self.reply(trained, ctx, stats)
+        return self.keep(ctx, *self.local_train(self.current(message, ctx), ctx))
 
 
 DFEDGNN = register(Algorithm(
