@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict
 from torch import Tensor
 
 from graphfed.errors import GraphfedError
+from graphfed.mechanisms.robust import AggregationOptions
 from graphfed.tensors import Params, move_tensors
 from graphfed.training import PreparedClient, Trainer, TrainStats
 from graphfed.training.step import LocalStep
@@ -140,6 +141,7 @@ class Setup:
     options: AlgorithmOptions
     local_epochs: int = 1
     batch_size: int | None = None
+    aggregation: AggregationOptions = field(default_factory=AggregationOptions)  # averaging's rule
 
     def on(self, device: torch.device | str) -> Setup:
         """This setup with the initial model on ``device`` (the server's copy lives on

@@ -11,7 +11,6 @@ from graphfed.algorithms.averaging.fedsage_plus.messages import (
     TRAIN_GEN,
     split_message,
 )
-from graphfed.mechanisms.aggregation import weighted_average
 from graphfed.mechanisms.updates import with_prefix
 from graphfed.protocol import NUM_SAMPLES, Message, spec_of
 
@@ -39,9 +38,9 @@ class FedSagePlusServer(FedAvgServer):
         gens = {c: g for c, g in gens.items() if g}
         if not gens:
             return
-        self.gen = weighted_average(list(gens.values()),
-                                    [float(replies[c].scalars["num_samples_gen"])
-                                     for c in gens])
+        self.gen = self.average(list(gens.values()),
+                                [float(replies[c].scalars["num_samples_gen"]) for c in gens],
+                                self.gen)
         self.gen_done += 1
 
     def aggregate_setup(self, replies):
