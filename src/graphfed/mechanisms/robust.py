@@ -95,10 +95,11 @@ def robust_average(params: Sequence[Params], weights: Sequence[float],
         return weighted_average(params, weights)
     names = list(params[0])
     stacked = torch.stack([flatten(_as_float64(p), names) for p in params])
-    rule = options.rule
-    if rule in KRUM_RULES and krum_tolerance(len(params), options) is None:
+    rule, n = options.rule, len(params)
+    f = krum_tolerance(n, options) if rule in KRUM_RULES else None
+    if rule in KRUM_RULES and f is None:
         log.warning("%s needs n > 2f + 2 replies, got %d: using the coordinate-wise median",
-                    rule, len(params))
+                    rule, n)
         rule = "median"
     if rule == "median":
         vector = coordinate_median(stacked)
@@ -109,8 +110,7 @@ def robust_average(params: Sequence[Params], weights: Sequence[float],
                 else torch.zeros_like(stacked[0]))
         vector = base + clipped_mean(stacked - base, normalised_weights(weights), options.clip)
     else:
-        f = krum_tolerance(len(params), options)
-        m = 1 if rule == "krum" else min(options.multi_krum_m or len(params) - f, len(params))
+        m = 1 if rule == "krum" else min(options.multi_krum_m or n - f, n)
         vector = stacked[krum_select(stacked, f, m)].mean(0)
     return {k: v.to(params[0][k].dtype) for k, v in unflatten(vector, params[0], names).items()}
 
