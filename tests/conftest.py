@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -36,6 +38,20 @@ def proteins():
     if not _present("PROTEINS"):
         pytest.skip("PROTEINS not present under GRAPHFED_DATA")
     return load_dataset("PROTEINS")
+
+
+@contextmanager
+def cpu_threads(count: int) -> Iterator[None]:
+    """PyTorch's CPU thread count set to ``count`` for the block and set back after it, so no
+    other test runs on it."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _present(name: str) -> bool:

@@ -1,13 +1,10 @@
 """Every registered algorithm, today's and each future one, meets the protocol's promises on the
 CPU: its default options validate; two rounds on three clients of a small staged dataset of its
 level run; every message crosses the boundary check and its counted bytes are its payload; the
-same seed gives the same metrics; a run resumed from its round-1 checkpoint ends exactly as the
-uninterrupted one. The list is the registry itself, so a new algorithm is checked on arrival.
-
-An algorithm that cannot meet a check on several CPU threads declares it in
-``Algorithm.exemptions`` with the reason; that check then runs on one thread, where it must hold
-exactly. (Thread-order sums differ between runs only sometimes, so an expected failure would be
-flaky; the one-thread run still proves the mechanism.)
+same seed gives the same numbers to the last bit, metrics and every party's state, whatever the
+CPU thread count (two runs on two threads, one on one thread); a run resumed from its round-1
+checkpoint ends exactly as the uninterrupted one. The list is the registry itself, so a new
+algorithm is checked on arrival.
 """
 
 from __future__ import annotations
@@ -15,16 +12,18 @@ from __future__ import annotations
 import importlib
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
+from torch_geometric.data import Data
 
 from graphfed.algorithms import registry
 from graphfed.algorithms.registry import FAMILIES, Algorithm, load_all
 from graphfed.config import load_config
 from graphfed.experiment import build_federation, resume_experiment, run_experiment
 from graphfed.protocol import Message
-from tests.conftest import interrupted_run, require
+from tests.conftest import cpu_threads, interrupted_run, require
 
 ALGORITHMS = load_all()
 DATASET = {"node": ["dataset=Cora", "partition=metis"],
@@ -32,7 +31,7 @@ DATASET = {"node": ["dataset=Cora", "partition=metis"],
 # smaller generator and fewer of its rounds keep FedSage+ at a few seconds; every other
 # algorithm runs on its defaults
 FASTER = {"fedsage+": ["fedsage+.fgen_hidden=[32]", "fedsage+.gen_rounds=2"]}
-CHECKS = ("same_seed", "resume")  # the checks an exemption may move to one thread
+TIMINGS = ("train_seconds", "eval_seconds")
 
 
 def _overrides(algorithm: Algorithm, *extra: str) -> list[str]:
@@ -58,23 +57,6 @@ def _engine_cases() -> list:
         if ALGORITHMS[name].batched:
             out.append(pytest.param(name, "batched", marks=_marks(name), id=f"{name}-batched"))
     return out
-
-
-@pytest.fixture
-def threads_for(request):
-    """Runs the test on one CPU thread for an algorithm that declares the check exempt."""
-    def pin(name: str, check: str) -> None:
-        if check in dict(ALGORITHMS[name].exemptions):
-            before = torch.get_num_threads()
-            torch.set_num_threads(1)
-            request.addfinalizer(lambda: torch.set_num_threads(before))
-    return pin
-
-
-def test_every_exemption_names_a_check_and_says_why():
-    for algorithm in ALGORITHMS.values():
-        for check, reason in algorithm.exemptions:
-            assert check in CHECKS and len(reason) > 20, (algorithm.name, check)
 
 
 def test_conformance_metadata_and_files_follow_the_registry():
@@ -129,24 +111,58 @@ def test_conformance_boundary_and_bytes(name, engine, monkeypatch):
 
 
 def _lines(run_dir: Path) -> list[dict]:
-    drop = ("train_seconds", "eval_seconds")
     lines = (run_dir / "seed-0" / "metrics.jsonl").read_text().splitlines()
-    return [{k: v for k, v in json.loads(line).items() if k not in drop} for line in lines]
+    return [{k: v for k, v in json.loads(line).items() if k not in TIMINGS} for line in lines]
+
+
+def _two_rounds(config, threads: int) -> dict:
+    """The metrics of the setup, two rounds and an evaluation on ``threads`` CPU threads, and
+    every party's state after them."""
+    with cpu_threads(threads):
+        fed = build_federation(config, 0)
+        lines = [fed.setup(), fed.fit_round(1), fed.fit_round(2), fed.evaluate(2)]
+        lines = [None if line is None else {k: v for k, v in line.items() if k not in TIMINGS}
+                 for line in lines]
+        return {"lines": lines, "server": fed.runtime.server.state_dict(),
+                "clients": fed.runtime.state_dict()}
+
+
+def _differences(a: Any, b: Any, path: str = "") -> list[str]:
+    """Where two results differ in any bit: tensors as wholes, containers (and the PyG graphs a
+    client may keep) entry by entry."""
+    a, b = (x.to_dict() if isinstance(x, Data) else x for x in (a, b))
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return [] if a.dtype == b.dtype and torch.equal(a, b) else [path]
+    if isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys():
+        return [d for k in a for d in _differences(a[k], b[k], f"{path}.{k}")]
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple) and len(a) == len(b):
+        pairs = enumerate(zip(a, b, strict=True))
+        return [d for i, (x, y) in pairs for d in _differences(x, y, f"{path}[{i}]")]
+    return [] if type(a) is type(b) and a == b else [path]
+
+
+def test_differences_name_every_differing_leaf():
+    ones = torch.ones(3)
+    a = {"lines": [{"acc": 0.5}, None], "w": ones, "ids": (1, 2), "graph": Data(x=ones)}
+    same = {"lines": [{"acc": 0.5}, None], "w": ones.clone(), "ids": (1, 2),
+            "graph": Data(x=ones.clone())}
+    assert _differences(a, same) == []
+    last_bit = ones.nextafter(ones + 1)
+    b = {"lines": [{"acc": 0.5000001}, None], "w": last_bit, "ids": (1, 3),
+         "graph": Data(x=last_bit)}
+    assert _differences(a, b) == [".lines[0].acc", ".w", ".ids[1]", ".graph.x"]
 
 
 @pytest.mark.parametrize(("name", "engine"), _engine_cases())
-def test_conformance_same_seed_same_metrics(name, engine, tmp_path, threads_for):
-    threads_for(name, "same_seed")
-    config = load_config(None, _overrides(ALGORITHMS[name], "name=run", f"engine={engine}"))
-    first, _ = run_experiment(config, tmp_path / "a", progress=False)
-    second, _ = run_experiment(config, tmp_path / "b", progress=False)
-    assert _lines(first) == _lines(second)
+def test_conformance_same_seed_same_bits_on_one_or_two_threads(name, engine):
+    config = load_config(None, _overrides(ALGORITHMS[name], f"engine={engine}"))
+    two = _two_rounds(config, 2)
+    assert _differences(_two_rounds(config, 2), two) == []
+    assert _differences(_two_rounds(config, 1), two) == []
 
 
 @pytest.mark.parametrize(("name", "engine"), _engine_cases())
-def test_conformance_resume_from_round_1_equals_uninterrupted(name, engine, tmp_path,
-                                                               threads_for):
-    threads_for(name, "resume")
+def test_conformance_resume_from_round_1_equals_uninterrupted(name, engine, tmp_path):
     config = load_config(None, _overrides(ALGORITHMS[name], "name=run", f"engine={engine}"))
     whole, _ = run_experiment(config, tmp_path / "whole", progress=False)
     cut = interrupted_run(config, tmp_path / "cut", at_round=2)

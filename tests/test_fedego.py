@@ -21,12 +21,13 @@ from graphfed.data.sampling import NeighbourSampler
 from graphfed.data.stats import edge_homophily
 from graphfed.experiment import build_federation
 from graphfed.models.ego import (
+    FedEgoNet,
     PersonalLayers,
     mash,
     tree_edges,
     tree_size,
 )
-from tests.conftest import require
+from tests.conftest import cpu_threads, require
 
 SIZE = tree_size(2, 6)
 
@@ -57,6 +58,25 @@ def test_sampler_draws_real_neighbours_at_aligned_positions(cora):
     for child, parent in tree_edges(2, 6).t().tolist():
         for t in trees:
             assert (int(t[child]), int(t[parent])) in adjacency
+
+
+def test_ego_tree_gradients_are_the_same_bits_on_one_or_two_threads(cora):
+    """A node at many tree positions has its gradient terms summed in one order whatever the
+    thread count (summed by atomic adds on several threads, the order changed run to run)."""
+    torch.manual_seed(0)
+    model = FedEgoNet(cora.graph.num_features, 64, 7, dropout=0.0)
+    sampler = NeighbourSampler(cora.graph.edge_index, cora.graph.num_nodes)
+    nodes, positions = sampler.sample(torch.arange(256)).unique(return_inverse=True)
+    x = cora.graph.x[nodes]
+
+    def gradient(threads: int) -> torch.Tensor:
+        model.zero_grad()
+        with cpu_threads(threads):
+            model(x, positions=positions).square().sum().backward()
+        return model.reduction.weight.grad.clone()
+
+    one = gradient(1)
+    assert all(torch.equal(gradient(2), one) for _ in range(10))
 
 
 def test_a_mashed_graph_of_identical_ego_graphs_is_that_ego_graph():

@@ -3,6 +3,7 @@ Mechanics on Cora (METIS, 3 clients) and on toy graphs; tiny sizes so it stays f
 
 import json
 import math
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -16,13 +17,14 @@ from graphfed.algorithms.averaging.fedsage_plus.generator import clip_counts
 from graphfed.algorithms.averaging.fedsage_plus.impair import (
     greedy_feature_loss,
     hide_nodes,
+    kept_nodes,
     mended_graph,
 )
 from graphfed.algorithms.averaging.fedsage_plus.messages import GEN
 from graphfed.algorithms.registry import get_algorithm
 from graphfed.config import load_config
 from graphfed.experiment import build_federation, run_experiment
-from graphfed.protocol import ClientContext, Setup
+from graphfed.protocol import ClientContext, ClientSize, Setup
 from tests.conftest import require
 
 TINY = ["dataset=Cora", "partition=metis", "device=cpu", "model.name=mlp_sage",
@@ -127,10 +129,12 @@ def _toy_client(cid, seed):
 def test_generator_is_averaged_and_identical_on_every_client_after_aggregation():
     algorithm = get_algorithm("fedsage+")
     options = FedSagePlusOptions(gen_rounds=3, gen_hidden=4, fgen_hidden=[4], num_pred=2)
+    ctxs = [_toy_client(0, 1), _toy_client(1, 2)]
     setup = Setup(level="node", num_clients=2, num_classes=3,
                   initial_params={"w": torch.zeros(2)}, options=options)
-    server, client = algorithm.server(setup), algorithm.client(setup)
-    ctxs = [_toy_client(0, 1), _toy_client(1, 2)]
+    sizes = tuple(ClientSize(0, ctx.data.graph.num_nodes) for ctx in ctxs)
+    server = algorithm.server(replace(setup, client_sizes=sizes))
+    client = algorithm.client(setup)
     asks = server.configure_setup([0, 1])
     torch.manual_seed(0)
     replies = {c: client.answer_setup(asks[c], ctxs[c]) for c in (0, 1)}
@@ -138,7 +142,8 @@ def test_generator_is_averaged_and_identical_on_every_client_after_aggregation()
     assert any(not torch.equal(a[k], b[k]) for k in a)  # trained on different local data
     server.aggregate_setup(replies)
     assert server.gen_done == 1
-    w = [replies[c].scalars["num_samples_gen"] for c in (0, 1)]
+    assert all("num_samples_gen" not in m.scalars for m in replies.values())
+    w = [kept_nodes(s.nodes, options.hide_portion) for s in sizes]  # the partition's, not theirs
     for k in server.gen:  # the sample-weighted FedAvg of the generators
         assert torch.allclose(server.gen[k], (w[0] * a[GEN + k] + w[1] * b[GEN + k]) / sum(w),
                               atol=1e-6)

@@ -81,16 +81,27 @@ def test_a_node_of_another_partition_stops_the_run_before_round_one(federation, 
 
 
 @require("Cora")
-def test_unregistered_supernode_is_refused(federation, tmp_path):
-    from graphfed.flower.deployment import make_credentials, supernode_command
+def test_unregistered_supernode_is_refused_and_told_why(federation, tmp_path):
+    import subprocess
+    import sys
+
+    from graphfed.flower.deployment import make_credentials
 
     stranger = make_credentials(tmp_path / "stranger", 1)  # a key the operator never registered
-    node = federation.launch("stranger", supernode_command(
-        federation.address, federation.creds.ca, stranger.owner_key(0), federation.files[0],
-        9499))
-    assert node.wait(90) != 0
+    node = ["federation", "node", "--data", str(federation.files[0]), "--superlink",
+            federation.address, "--port", "9499"]
+    cli = [sys.executable, "-m", "graphfed.cli", *node]
+    done = subprocess.run([*cli, "--key", str(stranger.owner_key(0)), "--ca",
+                           str(federation.creds.ca)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "did not admit this SuperNode although TLS to it works: its key" in done.stderr
     assert "No SuperNode found with the given public key" in (
         federation.log_path("superlink").read_text())
+    # the operator's CA swapped for another: named before Flower starts, nothing else tried
+    done = subprocess.run([*cli, "--key", str(federation.creds.owner_key(0)), "--ca",
+                           str(stranger.ca)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "does not vouch for" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 @require("Cora")

@@ -38,6 +38,7 @@ class ScriptedGrid:
                          for c in range(num_clients)}
         self.asks: Counter = Counter()  # (client, message type) -> messages pushed
         self.waiting: dict[str, object] = {}
+        self.tamper: dict[int, object] = {}  # client -> what it does to its fit replies
 
     def get_node_ids(self):
         return list(self.contexts)
@@ -48,7 +49,11 @@ class ScriptedGrid:
         handler = {"query": client_app.identify, "train.setup": client_app.setup,
                    "train": client_app.fit, "evaluate": client_app.evaluate}
         context = self.contexts[message.metadata.dst_node_id]
-        return handler[message.metadata.message_type](message, context)
+        reply = handler[message.metadata.message_type](message, context)
+        tamper = self.tamper.get(message.metadata.dst_node_id - FIRST_NODE)
+        if tamper is not None and message.metadata.message_type == "train":
+            tamper(reply.content)
+        return reply
 
     def send_and_receive(self, messages, timeout=None):
         return [self._handle(self._stamp(m)) for m in messages]
@@ -82,14 +87,14 @@ def flower_task(monkeypatch):
         monkeypatch.setattr(TaskIdentity, name, value)
 
 
-def scripted_run(tmp_path, silent: dict[int, float], *extra: str):
+def scripted_run(tmp_path, silent: dict[int, float], *extra: str, grid=None, owner_keys=None):
     from graphfed.flower.server_app import serve
 
     config = load_config(None, [*BASE, "flower.round_timeout=0.5", *extra])
-    grid = ScriptedGrid(config.num_clients, silent)
+    grid = grid or ScriptedGrid(config.num_clients, silent)
     run_dir = tmp_path / "scripted"
     run_dir.mkdir()
-    serve(grid, config, run_dir, progress=False)
+    serve(grid, config, run_dir, progress=False, owner_keys=owner_keys)
     return run_dir, grid
 
 
@@ -134,3 +139,72 @@ def test_a_node_holding_another_partition_is_refused(flower_task, tmp_path):
     with pytest.raises(GraphfedError, match=r"client 1 holds a file of partition \S+, but this "
                                             r"run's partition is"):
         serve(grid, config, tmp_path / "run", progress=False)
+
+
+@require("Cora")
+def test_an_undecodable_reply_is_dropped_and_the_run_completes(flower_task, tmp_path):
+    from flwr.app import Array
+
+    from graphfed.runtime import records
+
+    def poison(content):  # a dtype naming a function, as a crafted reply could
+        arrays = content.array_records[records.TENSORS]
+        name = next(iter(arrays))
+        arrays[name] = Array(dtype="load", shape=(1,), stype=records.STYPE, data=b"\0" * 8)
+
+    grid = ScriptedGrid(3, {})
+    grid.tamper[2] = poison
+    run_dir, _ = scripted_run(tmp_path, {}, grid=grid)
+    for line in lines(run_dir):
+        assert line["answered"] == [0, 1]
+        assert line["dropped"]["2"].startswith("undecodable reply: tensor")
+    assert len(lines(run_dir)) == 2  # both rounds ran
+
+
+def owner_grid(tmp_path, keys_of: dict[int, int]):
+    """A scripted grid of real owners: each node holds its exported file and the private key
+    of owner ``keys_of[client]`` (its own, unless a test swaps them)."""
+    from graphfed.flower.deployment import make_credentials
+    from graphfed.flower.owner import export_partition
+
+    creds = make_credentials(tmp_path / "creds", 3)
+    files = export_partition(load_config(None, BASE), 0, tmp_path / "owners")
+    grid = ScriptedGrid(3, {})
+    for c in range(3):
+        grid.contexts[FIRST_NODE + c].node_config = {
+            "data-path": str(files[c]), "key-path": str(creds.owner_key(keys_of[c]))}
+    return grid, creds
+
+
+@require("Cora")
+def test_a_node_proves_its_client_id_with_its_owner_key(flower_task, tmp_path):
+    from graphfed.errors import GraphfedError
+    from graphfed.runtime.identity import read_owner_keys
+
+    grid, creds = owner_grid(tmp_path, {0: 0, 1: 1, 2: 2})
+    keys = read_owner_keys(creds.root, 3)
+    run_dir, _ = scripted_run(tmp_path, {}, "rounds=1", grid=grid, owner_keys=keys)
+    assert lines(run_dir)[-1]["answered"] == [0, 1, 2]
+
+    grid, creds = owner_grid(tmp_path / "swapped", {0: 0, 1: 2, 2: 2})  # 1 has owner 2's key
+    with pytest.raises(GraphfedError, match="claiming client 1 did not prove it holds owner 1"):
+        scripted_run(tmp_path / "swapped", {}, grid=grid,
+                     owner_keys=read_owner_keys(creds.root, 3))
+
+
+@require("Cora")
+def test_a_node_that_names_no_partition_is_refused(flower_task, tmp_path, monkeypatch):
+    from flwr.app import ConfigRecord, RecordDict
+    from flwr.app import Message as FlowerMessage
+
+    from graphfed.errors import GraphfedError
+    from graphfed.flower import client_app
+    from graphfed.runtime import records
+
+    def vague(message, context):  # an old or forged node: a client id and nothing else
+        answer = ConfigRecord({"client": int(context.node_config["partition-id"])})
+        return FlowerMessage(RecordDict({records.CONTROL: answer}), reply_to=message)
+
+    monkeypatch.setattr(client_app, "identify", vague)
+    with pytest.raises(GraphfedError, match="client 0 named no partition"):
+        scripted_run(tmp_path, {})

@@ -3,7 +3,10 @@ partition artifact, an owner file or a Flower node's stored state is refused, un
 
 from __future__ import annotations
 
+import dataclasses
 import io
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -71,11 +74,40 @@ def test_owner_files_load_and_a_swapped_one_is_refused_unrun(tmp_path):
     files = export_partition(load_config(None, CORA), 0, tmp_path / "owners")
     owner = load_owner(files[1])
     assert owner.client_id == 1 and owner.data.graph.num_nodes > 0
+    assert all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in files)  # the owner's eyes only
     marker = tmp_path / "ran"
     _crafted(files[1], marker)
     with pytest.raises(GraphfedError, match="owner file"):
         load_owner(files[1])
     assert not marker.exists()
+    old = dataclasses.replace(owner, format_version=0)  # a file from before versioning
+    torch.save(old, files[2])
+    with pytest.raises(GraphfedError, match="owner file of format 0; this graphfed reads "
+                                            "format 1: export the owners' files again"):
+        load_owner(files[2])
+
+
+def test_keys_are_private_from_the_first_byte(tmp_path, monkeypatch):
+    pytest.importorskip("cryptography")
+    from graphfed.flower.deployment import make_credentials
+
+    opened = []
+    real_open = os.open
+
+    def watch(path, flags, mode=0o777, *rest):
+        if str(path).endswith(".key"):
+            opened.append(mode)
+        return real_open(path, flags, mode, *rest)
+
+    monkeypatch.setattr(os, "open", watch)
+    (tmp_path / "creds").mkdir()
+    stale = tmp_path / "creds" / "owner-0.key"
+    stale.write_text("old")
+    stale.chmod(0o644)  # an existing world-readable file is narrowed before it is written
+    creds = make_credentials(tmp_path / "creds", 2)
+    assert opened == [0o600] * 3  # created 0600, never world-readable for a moment
+    for path in (creds.server_key, creds.owner_key(0), creds.owner_key(1)):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
 
 def test_stored_client_state_bytes_are_data_only(tmp_path):

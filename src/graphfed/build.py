@@ -17,7 +17,7 @@ import torch
 
 from graphfed.algorithms.registry import Algorithm, get_algorithm
 from graphfed.config import ConfigError, ExperimentConfig
-from graphfed.data.datasets import GraphDataset, load_dataset
+from graphfed.data.datasets import GraphDataset, data_root, load_dataset
 from graphfed.data.federated import (
     ClientData,
     FederatedData,
@@ -26,7 +26,7 @@ from graphfed.data.federated import (
 )
 from graphfed.mechanisms.attacks import choose_attackers
 from graphfed.models.gnn import build_model
-from graphfed.protocol import Client, ClientContext, Setup
+from graphfed.protocol import Client, ClientContext, ClientSize, Setup
 from graphfed.runtime.attack import AttackingClient
 from graphfed.training import PreparedClient, Trainer, prepare_client
 
@@ -46,14 +46,16 @@ def resolve_device(name: str) -> torch.device:
 
 
 @lru_cache(maxsize=4)
-def _cached_dataset(name: str, options_json: str) -> GraphDataset:
+def _cached_dataset(name: str, options_json: str, root: str) -> GraphDataset:
+    """One load per dataset, options and data root (``root`` keys the cache only: a process
+    that points GRAPHFED_DATA elsewhere loads from there)."""
     return load_dataset(name, json.loads(options_json) or None)
 
 
 def federated_data(config: ExperimentConfig, seed: int) -> FederatedData:
     """The clients of this config and seed (the partition artifact is built once, then reused)."""
     options = config.dataset_options
-    data = _cached_dataset(config.dataset, json.dumps(options, sort_keys=True))
+    data = _cached_dataset(config.dataset, json.dumps(options, sort_keys=True), str(data_root()))
     partition_seed = config.partition.seed if config.partition.seed is not None else seed
     artifact = load_or_build_partition(data, config.partition, config.num_clients,
                                        partition_seed, options)
@@ -95,6 +97,11 @@ def build_client(config: ExperimentConfig, seed: int, algorithm: Algorithm, setu
     client = algorithm.client(setup)
     chosen = attackers(config, seed, setup.num_clients)
     return AttackingClient(client, config.attack, frozenset(chosen)) if chosen else client
+
+
+def client_sizes(data: FederatedData) -> tuple[ClientSize, ...]:
+    """Every client's size as the partition made it: what the server weighs replies by."""
+    return tuple(ClientSize(c.num_samples("train"), c.num_nodes) for c in data.clients)
 
 
 def prepare_global_test(config: ExperimentConfig, trainer: Trainer,

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from graphfed.algorithms.registry import get_algorithm, load_all
 from graphfed.data.datasets import SYNTHETIC, canonical_name, dataset_level
@@ -30,6 +30,7 @@ from graphfed.protocol import AlgorithmOptions
 from graphfed.runtime.base import clients_per_round
 from graphfed.runtime.flower_options import FlowerOptions
 from graphfed.training.trainer import OptimizerOptions
+from graphfed.validation import OPTIONS, Seed
 
 
 class ConfigError(GraphfedError):
@@ -42,7 +43,7 @@ def _named(value: Any) -> Any:
 
 
 class ExperimentConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = OPTIONS
 
     name: str | None = Field(None, description="run name (default: derived from the config)")
     dataset: str = Field("Cora", description="dataset name (graphfed datasets lists them)")
@@ -58,8 +59,8 @@ class ExperimentConfig(BaseModel):
     batch_size: int | None = Field(None, ge=1, description="None: full batch")
     sampling: SamplingOptions = Field(default_factory=SamplingOptions)
     optimizer: OptimizerOptions = Field(default_factory=OptimizerOptions)
-    seed: int = Field(0, description="seed of the run (partition, model, sampling)")
-    seeds: list[int] | None = Field(None, description="run every seed; summary gives mean/std")
+    seed: Seed = Field(0, description="seed of the run (partition, model, sampling)")
+    seeds: list[Seed] | None = Field(None, description="run every seed; summary gives mean/std")
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="where clients compute (the server stays on the CPU)")
     eval_every: int = Field(1, ge=1, description="evaluate every k rounds (and the last)")
@@ -109,7 +110,7 @@ class ExperimentConfig(BaseModel):
                 methods[key] = data.pop(key)
             else:
                 valid = sorted(known - {"methods"}) + sorted(load_all())
-                raise ValueError(f"unknown key '{key}'; valid keys: {', '.join(valid)}")
+                raise ValueError(f"unknown key {key!r}; valid keys: {', '.join(valid)}")
         data["methods"] = methods
         return data
 
@@ -172,6 +173,10 @@ class ExperimentConfig(BaseModel):
                              "(partition.global_test > 0)")
         if self.csbm is not None and self.dataset not in SYNTHETIC:
             raise ValueError("the csbm section applies only to dataset=csbm")
+        if self.runtime == "flower" and self.flower.owner_keys is None:
+            raise ValueError("runtime=flower needs flower.owner_keys: the directory of the "
+                             "owners' public keys (owner-<i>.pub), so the server knows which "
+                             "node is which client")
         self._check_robustness(algorithm.family)
         return self
 
@@ -270,10 +275,10 @@ def parse_overrides(items: list[str]) -> list[tuple[str, Any]]:
     out = []
     for item in items:
         if "=" not in item:
-            raise ConfigError(f"override '{item}' is not of the form key=value")
+            raise ConfigError(f"override {item!r} is not of the form key=value")
         key, text = item.split("=", 1)
         if not key:
-            raise ConfigError(f"override '{item}' has an empty key")
+            raise ConfigError(f"override {item!r} has an empty key")
         out.append((key.strip(), _parse_value(text)))
     return out
 
@@ -311,7 +316,7 @@ def _format_errors(error: ValidationError, prefix: tuple = ()) -> str:
         where = "" if shown == ("methods",) else ".".join(str(p) for p in shown)
         message = e["msg"].removeprefix("Value error, ")
         if e["type"] == "union_tag_invalid":
-            message = (f"unknown {where} '{e['ctx']['tag']}'; available: "
+            message = (f"unknown {where} {e['ctx']['tag']!r}; available: "
                        f"{', '.join(PARTITIONS)}")
         if e["type"] == "extra_forbidden":
             message = "unknown key"
@@ -343,6 +348,14 @@ def with_overrides(config: ExperimentConfig, overrides: dict[str, Any]) -> Exper
     return build_config(data)
 
 
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """PyYAML's problem and where it is, on one line (its own message spans several)."""
+    mark = getattr(error, "problem_mark", None)
+    if mark is not None:
+        return f"{error.problem} at line {mark.line + 1}, column {mark.column + 1}"
+    return " ".join(str(error).split())
+
+
 def load_config(path: str | Path | None, overrides: list[str] = ()) -> ExperimentConfig:
     """Read a YAML config (or start from defaults) and apply ``key=value`` overrides."""
     data: dict = {}
@@ -351,9 +364,15 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> Experimen
         if not p.is_file():
             raise ConfigError(f"config file '{path}' does not exist")
         try:
-            data = yaml.safe_load(p.read_text()) or {}
+            data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"config file '{path}' is not UTF-8 text (byte {e.start}: "
+                              f"{e.reason}); is it a YAML file?") from None
+        except OSError as e:
+            raise ConfigError(f"config file '{path}' cannot be read ({e.strerror})") from None
         except yaml.YAMLError as e:
-            raise ConfigError(f"config file '{path}' is not valid YAML: {e}") from None
+            raise ConfigError(f"config file '{path}' is not valid YAML: "
+                              f"{_yaml_problem(e)}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"config file '{path}' must hold a mapping of keys to values")
     for key, value in parse_overrides(list(overrides)):

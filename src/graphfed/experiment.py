@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -25,19 +26,22 @@ from graphfed.build import (
     build_algorithm,
     build_client,
     client_context,
+    client_sizes,
     federated_data,
     prepare_global_test,
     resolve_device,
 )
-from graphfed.config import ConfigError, ExperimentConfig, build_config
+from graphfed.config import ConfigError, ExperimentConfig, load_config
 from graphfed.data.federated import FederatedData
+from graphfed.errors import GraphfedError
 from graphfed.evaluation import client_record, summarise
 from graphfed.metrics import mean_std
 from graphfed.progress import RoundProgress
 from graphfed.protocol import SERVER_DEVICE, Server
+from graphfed.run_lock import run_dir_lock
 from graphfed.runtime.base import Runtime
 from graphfed.runtime.simulation import SimulationRuntime
-from graphfed.serialization import graph_classes, safe_load
+from graphfed.serialization import graph_classes, read_json, read_metrics, safe_load
 from graphfed.tensors import move_tensors
 from graphfed.training import PreparedClient, Trainer
 
@@ -108,13 +112,13 @@ def build_federation(config: ExperimentConfig, seed: int,
                                                 data.num_classes, data.num_clients,
                                                 resolve_device(config.device))
     global_test = prepare_global_test(config, trainer, data.global_test)
+    server = algorithm.server(replace(setup.on(SERVER_DEVICE), client_sizes=client_sizes(data)))
     if make_runtime is not None:
-        runtime = make_runtime(algorithm.server(setup.on(SERVER_DEVICE)), config, seed, data)
+        runtime = make_runtime(server, config, seed, data)
         return Federation(config, seed, data, trainer, runtime, global_test)
     contexts = [client_context(config, trainer, i, c, global_test)
                 for i, c in enumerate(data.clients)]
-    runtime = SimulationRuntime(algorithm.server(setup.on(SERVER_DEVICE)),
-                                build_client(config, seed, algorithm, setup),
+    runtime = SimulationRuntime(server, build_client(config, seed, algorithm, setup),
                                 contexts, config.client_fraction, seed,
                                 batched=config.engine == "batched" and algorithm.batched)
     return Federation(config, seed, data, trainer, runtime, global_test)
@@ -148,8 +152,15 @@ def save_checkpoint(path: Path, fed: Federation, rnd: int, seconds: float) -> No
     os.replace(tmp, path)
 
 
+CHECKPOINT_KEYS = ("round", "seconds", "server", "runtime", "rng")
+
+
 def load_checkpoint(path: Path, fed: Federation) -> tuple[int, float]:
-    state = safe_load(path, "checkpoint", graph_classes(), map_location="cpu")
+    remedy = (f"delete it to run {path.parent.name} again from round 1, or put back a good "
+              "copy, then resume")
+    state = safe_load(path, "checkpoint", graph_classes(), map_location="cpu", remedy=remedy)
+    if not isinstance(state, dict) or any(k not in state for k in CHECKPOINT_KEYS):
+        raise GraphfedError(f"{path} is not a graphfed checkpoint; {remedy}")
     fed.runtime.server.load_state_dict(state["server"])
     fed.runtime.load_state_dict(state["runtime"])
     _set_rng_state(state["rng"])
@@ -161,8 +172,7 @@ def load_checkpoint(path: Path, fed: Federation) -> tuple[int, float]:
 def _read_lines(path: Path, up_to: int) -> list[dict]:
     if not path.exists():
         return []
-    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [line for line in lines if line["round"] <= up_to]
+    return [line for line in read_metrics(path) if line["round"] <= up_to]
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -208,6 +218,9 @@ def run_seed(fed: Federation, seed_dir: Path, progress: RoundProgress | None = N
     _write_json(seed_dir / "summary.json", summary)
     ckpt_path.unlink(missing_ok=True)
     return summary
+
+
+SEED_SUMMARY_KEYS = ("seed", "partition_id", "final", "clients", "seconds")
 
 
 def seed_summary(fed: Federation, lines: list[dict], seconds: float) -> dict:
@@ -273,19 +286,22 @@ def combine_seeds(config: ExperimentConfig, summaries: list[dict]) -> dict:
 
 def execute(config: ExperimentConfig, run_dir: Path, first: Federation | None,
             progress: bool, resume: bool, make_runtime: RuntimeFactory | None = None) -> dict:
-    """Run (or resume) every seed of ``config`` into ``run_dir``; returns the top summary."""
+    """Run (or resume) every seed of ``config`` into ``run_dir``, holding the directory's lock
+    so that no second process writes it meanwhile; returns the top summary."""
     summaries = []
-    with RoundProgress(config.rounds, len(config.run_seeds), enabled=progress) as bar:
+    with run_dir_lock(run_dir), RoundProgress(config.rounds, len(config.run_seeds),
+                                               enabled=progress) as bar:
         for seed in config.run_seeds:
             seed_dir = run_dir / f"seed-{seed}"
             if resume and (seed_dir / "summary.json").exists():
-                summaries.append(json.loads((seed_dir / "summary.json").read_text()))
+                summaries.append(read_json(seed_dir / "summary.json", "seed summary",
+                                           SEED_SUMMARY_KEYS))
                 continue
             fed = first if first is not None and first.seed == seed else build_federation(
                 config, seed, make_runtime)
             summaries.append(run_seed(fed, seed_dir, bar, resume=resume))
-    summary = combine_seeds(config, summaries)
-    _write_json(run_dir / "summary.json", summary)
+        summary = combine_seeds(config, summaries)
+        _write_json(run_dir / "summary.json", summary)
     return summary
 
 
@@ -293,20 +309,31 @@ def run_experiment(config: ExperimentConfig, out: str | Path = "runs",
                    progress: bool = True) -> tuple[Path, dict]:
     """Run every seed of ``config``; returns the run directory and its summary.
 
-    Data and the first seed's federation are built before the run directory is created, so bad
-    input never leaves a half-written directory behind.
+    The first seed's federation, and every other seed's partition, are built before the run
+    directory is created, so bad input never leaves a half-written directory behind.
     """
     if config.runtime != "simulation":
         raise ConfigError(f"runtime={config.runtime} runs through graphfed.launch.run")
     first = build_federation(config, config.run_seeds[0])
+    for seed in config.run_seeds[1:]:  # cached: each seed's run reloads it
+        federated_data(config, seed)
     run_dir = new_run_dir(config, Path(out))
     return run_dir, execute(config, run_dir, first, progress, resume=False)
 
 
 def new_run_dir(config: ExperimentConfig, out: Path) -> Path:
-    """A fresh run directory holding the resolved ``config.yaml``."""
-    run_dir = _new_run_dir(out, _run_name(config))
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    """A fresh run directory holding the resolved ``config.yaml``; an output directory that is
+    a file or cannot be written is one readable error, and leaves no empty run directory."""
+    try:
+        run_dir = _new_run_dir(out, _run_name(config))
+    except OSError as e:
+        raise GraphfedError(f"cannot make a run directory under --out {out}: {e.strerror} "
+                            f"({e.filename}); choose a writable directory") from None
+    try:
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    except OSError as e:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise GraphfedError(f"cannot write {run_dir / 'config.yaml'}: {e.strerror}") from None
     return run_dir
 
 
@@ -316,7 +343,7 @@ def resume_experiment(run_dir: str | Path, progress: bool = True) -> tuple[Path,
     config_path = run_dir / "config.yaml"
     if not config_path.is_file():
         raise ConfigError(f"'{run_dir}' is not a graphfed run directory (no config.yaml)")
-    config = build_config(yaml.safe_load(config_path.read_text()))
+    config = load_config(config_path)
     if config.runtime != "simulation":
         raise ConfigError(f"--resume works on runtime=simulation only: a {config.runtime} run's "
                           "client states live on its nodes and end with the run")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import torch
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 from torch import Tensor
 
 from graphfed.errors import GraphfedError
@@ -26,6 +26,7 @@ from graphfed.mechanisms.robust import AggregationOptions
 from graphfed.tensors import Params, move_tensors
 from graphfed.training import PreparedClient, Trainer, TrainStats
 from graphfed.training.step import LocalStep
+from graphfed.validation import OPTIONS
 
 Scalar = int | float | bool
 TensorSpec = dict[str, tuple[tuple[int, ...], torch.dtype]]
@@ -127,12 +128,25 @@ def _shape_fits(got: tuple[int, ...], expected: tuple[int, ...]) -> bool:
 class AlgorithmOptions(BaseModel):
     """Base of each algorithm's options (its config section, e.g. ``fedprox.mu``)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = OPTIONS
+
+
+@dataclass(frozen=True)
+class ClientSize:
+    """What the operator knows of a client from the partition it made: its training samples
+    (the aggregation weight) and its nodes. The server reads sizes from here, never from a
+    reply, so a client cannot weigh itself into the model by claiming a size."""
+
+    train: int
+    nodes: int
 
 
 @dataclass
 class Setup:
-    """What both sides know before training: the run's shape, not anyone's data."""
+    """What both sides know before training: the run's shape, not anyone's data.
+
+    ``client_sizes`` is the server's alone (every client's ``ClientSize``, by client id); a
+    client's copy leaves it empty."""
 
     level: str
     num_clients: int
@@ -142,6 +156,7 @@ class Setup:
     local_epochs: int = 1
     batch_size: int | None = None
     aggregation: AggregationOptions = field(default_factory=AggregationOptions)  # averaging's rule
+    client_sizes: tuple[ClientSize, ...] = ()
 
     def on(self, device: torch.device | str) -> Setup:
         """This setup with the initial model on ``device`` (the server's copy lives on
@@ -187,6 +202,12 @@ class Server(ABC):
 
     def setup_reply_spec(self, client: int) -> tuple[TensorSpec | None, tuple[str, ...]]:
         return None, ()
+
+    def check_setup_reply(self, client: int, message: Message) -> None:
+        """Checks of a setup reply beyond ``setup_reply_spec`` (shapes that depend on each
+        other, value ranges); raise ``MessageError`` and the reply is dropped like a malformed
+        one."""
+        return None
 
     def aggregate_setup(self, replies: dict[int, Message]) -> None:
         return None
@@ -276,7 +297,9 @@ class Client(ABC):
     def reply(tensors: dict[str, Tensor], ctx: ClientContext, stats: TrainStats | None = None,
               **scalars: Scalar) -> Message:
         """A fit reply: ``tensors``, the client's training-sample count, its training loss
-        (when it trained) and any further scalars."""
+        (when it trained) and any further scalars. The server replaces the count with the one
+        it knows from the partition (``Setup.client_sizes``); a client states it so that a
+        server without the partition (a test, a custom runtime) still weighs replies."""
         head: dict[str, Scalar] = {NUM_SAMPLES: ctx.data.num_samples("train")}
         if stats is not None:
             head[TRAIN_LOSS] = stats.loss

@@ -2,26 +2,28 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from graphfed.errors import GraphfedError
 from graphfed.metrics import pearson
+from graphfed.serialization import read_json, read_metrics
 
 TABLE_METRICS = ("test_acc", "global_test_acc", "test_macro_f1", "bytes_total")
+RUN_SUMMARY_KEYS = ("algorithm", "dataset", "seeds", "over_seeds", "partition_ids")
 
 
 def load_run(run_dir: str | Path) -> dict:
     path = Path(run_dir) / "summary.json"
     if not path.is_file():
         raise GraphfedError(f"'{run_dir}' has no summary.json (not a finished graphfed run)")
-    summary = json.loads(path.read_text())
+    summary = read_json(path, "run summary", RUN_SUMMARY_KEYS)
     summary["run_dir"] = str(run_dir)
     return summary
 
 
 def _seed_client_accs(run_dir: str, seed: int) -> list[float]:
-    summary = json.loads((Path(run_dir) / f"seed-{seed}" / "summary.json").read_text())
+    summary = read_json(Path(run_dir) / f"seed-{seed}" / "summary.json", "seed summary",
+                        ("clients",))
     return [c["test_acc"] for c in summary["clients"]]
 
 
@@ -52,25 +54,43 @@ def summary_rows(runs: list[dict]) -> list[dict]:
     return rows
 
 
-def plot_curves(runs: list[dict], path: str | Path, metric: str = "test_acc") -> None:
-    """Mean over seeds of ``metric`` against the round, one line per run."""
+Curve = tuple[str, list[int], list[float]]  # run name, rounds, mean over seeds at each
+
+
+def mean_curves(runs: list[dict], metric: str = "test_acc") -> list[Curve]:
+    """Per run, the rounds every seed evaluated ``metric`` at and its mean over seeds there; a
+    metric no run records is refused, naming the ones they do."""
+    out: list[Curve] = []
+    recorded: set[str] = set()
+    for run in runs:
+        curves = []
+        for seed in run["seeds"]:
+            points = read_metrics(Path(run["run_dir"]) / f"seed-{seed}" / "metrics.jsonl")
+            recorded.update(k for p in points for k, v in p.items()
+                            if isinstance(v, (int, float)) and k != "round")
+            curves.append({p["round"]: p[metric] for p in points
+                           if isinstance(p.get(metric), (int, float))})
+        rounds = sorted(set.intersection(*(set(c) for c in curves)))
+        out.append((Path(run["run_dir"]).name, rounds,
+                    [sum(c[r] for c in curves) / len(curves) for r in rounds]))
+    if not any(rounds for _, rounds, _ in out):
+        raise GraphfedError(f"--metric {metric}: no round of these runs records it as a "
+                            f"number; numbers recorded: {', '.join(sorted(recorded))}")
+    return out
+
+
+def plot_curves(curves: list[Curve], datasets: list[str], path: str | Path,
+                metric: str = "test_acc") -> None:
+    """``mean_curves``'s lines, one per run, saved to ``path``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    for run in runs:
-        curves = []
-        for seed in run["seeds"]:
-            lines = (Path(run["run_dir"]) / f"seed-{seed}" / "metrics.jsonl").read_text()
-            points = [json.loads(x) for x in lines.splitlines() if x.strip()]
-            curves.append({p["round"]: p[metric] for p in points if metric in p})
-        rounds = sorted(set.intersection(*(set(c) for c in curves)))
+    for name, rounds, means in curves:
         if rounds:
-            means = [sum(c[r] for c in curves) / len(curves) for r in rounds]
-            ax.plot(rounds, means, label=f"{Path(run['run_dir']).name}")
-    datasets = sorted({run["dataset"] for run in runs})
+            ax.plot(rounds, means, label=name)
     ax.set_title(f"{metric} by round on {', '.join(datasets)} (mean over seeds)")
     ax.set_xlabel("round")
     ax.set_ylabel(metric)

@@ -43,6 +43,10 @@ class RunView(Protocol):
 
     model: Any
     sampling: Any
+    num_clients: int
+    rounds: int
+
+    def algorithm_options(self) -> AlgorithmOptions: ...
 
 
 Check = Callable[[RunView], None]
@@ -54,9 +58,7 @@ class Algorithm:
 
     ``check`` raises ``ValueError`` (with a readable message) for a config the method cannot run
     beyond its ``levels``, e.g. a model or sampling it does not support; the config layer calls
-    it, so method-specific rules live with the method. ``exemptions`` names the conformance
-    checks (``tests/test_conformance.py``) the method meets only on one CPU thread, each with
-    the reason; the conformance test runs those checks single-threaded."""
+    it, so method-specific rules live with the method."""
 
     name: str
     server: type[Server]
@@ -69,7 +71,6 @@ class Algorithm:
     model: ModelFactory | None = None  # a method-defined network instead of config.model
     aliases: tuple[str, ...] = ()
     check: Check | None = None
-    exemptions: tuple[tuple[str, str], ...] = ()
     batched: bool = False  # its clients' fit is Client.fit_by_step: the batched engine applies
 
 
@@ -130,5 +131,5 @@ def get_algorithm(name: str) -> Algorithm:
         name = ALIASES.get(name, name)
     if name not in REGISTRY:
         raise GraphfedError(
-            f"unknown algorithm '{name}'; available: {', '.join(sorted(REGISTRY))}")
+            f"unknown algorithm {name!r}; available: {', '.join(sorted(REGISTRY))}")
     return REGISTRY[name]

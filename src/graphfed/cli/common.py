@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from graphfed.errors import GraphfedError
@@ -20,20 +23,43 @@ errors = Console(stderr=True)
 
 
 def fail(message: str) -> NoReturn:
-    """Bad input: one readable line on stderr and exit code 2, never a traceback."""
-    errors.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    """Bad input: one readable line on stderr and exit code 2, never a traceback (a message
+    that quotes a multi-line one, e.g. a library's, is folded onto one line)."""
+    line = escape(" ".join(message.split()))
+    errors.print(f"[bold red]error:[/] {line}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
 def readable(command: Callable[..., Any]) -> Callable[..., Any]:
-    """A command whose ``GraphfedError`` becomes ``fail``'s one line."""
+    """A command whose ``GraphfedError`` becomes ``fail``'s one line, and so does an ``OSError``
+    no layer below explained (a path given to it that is a file, missing or not writable)."""
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return command(*args, **kwargs)
         except GraphfedError as e:
             fail(str(e))
+        except OSError as e:
+            fail(f"cannot use {e.filename}: {e.strerror}" if e.filename else str(e))
     return wrapper
+
+
+def check_plot_path(path: Path) -> None:
+    """Refuse a ``--plot`` target matplotlib cannot write, before any work is done: an unknown
+    or missing extension, or a folder that is a file or not writable (a missing folder is made
+    when the plot is saved)."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if path.suffix.lower().lstrip(".") not in formats:
+        fail(f"--plot {path}: the extension names the image format; use one of: "
+             f"{', '.join(sorted(formats))}")
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK):
+        reason = "is not a directory" if not folder.is_dir() else "is not writable"
+        fail(f"--plot {path}: {folder} {reason}")
 
 
 def split_args(args: list[str]) -> tuple[str | None, list[str]]:

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from graphfed.cli.common import console, fmt, readable, split_args
+from graphfed.cli.common import check_plot_path, console, fmt, readable, split_args
 
 
 def datasets() -> None:
@@ -45,6 +45,8 @@ def partition(
     from graphfed.config import load_config
     from graphfed.data.stats import client_stats, label_counts, plot_label_distribution
 
+    if plot is not None:
+        check_plot_path(plot)
     config_path, overrides = split_args(args or [])
     config = load_config(config_path, overrides)
     data = federated_data(config, config.run_seeds[0])

@@ -17,11 +17,15 @@ federation = typer.Typer(no_args_is_help=True, help="Run a real federation on Fl
                          "credentials, partition files, SuperLink, SuperNodes.")
 
 
+def _require(executable: str) -> None:
+    if shutil.which(executable) is None:
+        raise GraphfedError(f"'{executable}' not found; install Flower with "
+                            "pip install 'graphfed[flower]'")
+
+
 def _exec(command: list[str]) -> None:
     """Become the Flower process (signals and exit code are then Flower's own)."""
-    if shutil.which(command[0]) is None:
-        raise GraphfedError(f"'{command[0]}' not found; install Flower with "
-                            "pip install 'graphfed[flower]'")
+    _require(command[0])
     from graphfed.flower.deployment import tool_env
 
     os.execvpe(command[0], command, tool_env())
@@ -99,11 +103,36 @@ def node(
     port: Annotated[int, typer.Option(help="local port of this node's ClientApp API")] = 9094,
 ) -> None:
     """Owner: start this owner's SuperNode on its own data and credentials."""
-    from graphfed.flower.deployment import supernode_command
+    import subprocess
+
+    from graphfed.flower.deployment import supernode_command, tool_env
+    from graphfed.flower.owner import load_owner
+    from graphfed.flower.preflight import ACTIVATION_REFUSED, check_superlink, refused_key
 
     if not data.is_file():
         raise GraphfedError(f"no data file at {data} (make one with `graphfed federation export`)")
-    _exec(supernode_command(superlink, ca, key, data, port))
+    if not key.is_file():
+        raise GraphfedError(f"no private key at {key} (the operator's `graphfed federation "
+                            "credentials` made owner-<i>.key)")
+    load_owner(data)  # a damaged or foreign file fails here, in one line
+    check_superlink(superlink, ca)  # a wrong CA or address is named before Flower starts
+    command = supernode_command(superlink, ca, key, data, port)
+    _require(command[0])
+    refused = False
+    with subprocess.Popen(command, env=tool_env(), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True) as process:
+        try:
+            for line in process.stdout:  # Flower's own log, passed on as it comes
+                typer.echo(line, nl=False)
+                if ACTIVATION_REFUSED in line:  # it gives up; its helpers may keep the pipe
+                    refused = True
+                    process.terminate()
+                    break
+        except KeyboardInterrupt:
+            process.wait()
+    if refused:
+        raise GraphfedError(refused_key(superlink, key))
+    raise typer.Exit(process.returncode)
 
 
 @federation.command()

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from graphfed.cli.common import console, readable
+from graphfed.cli.common import check_plot_path, console, readable
 
 HEADERS = {"test_acc": "test acc", "global_test_acc": "global acc",
            "test_macro_f1": "macro-F1", "bytes_total": "MiB", "gradient_fairness": "fairness"}
@@ -32,10 +32,13 @@ def report(
     metric: Annotated[str, typer.Option(help="metric plotted against the round")] = "test_acc",
 ) -> None:
     """Print a mean ± std table over seeds and save accuracy-vs-round plots."""
-    from graphfed.report import TABLE_METRICS, load_run, plot_curves, summary_rows
+    from graphfed.report import TABLE_METRICS, load_run, mean_curves, plot_curves, summary_rows
 
+    target = plot or Path(run_dirs[0]) / "report.png"
+    check_plot_path(target)
     runs = [load_run(d) for d in run_dirs]
     rows = summary_rows(runs)
+    curves = mean_curves(runs, metric)
     table = Table(title="graphfed report (mean ± std over seeds)")
     table.add_column("run", overflow="fold")  # the whole name, wrapped: runs differ at the end
     for col in ("algorithm", "dataset", "seeds"):
@@ -50,6 +53,5 @@ def report(
         cells.append("-" if fairness is None else f"{fairness:.3f}")
         table.add_row(*cells)
     console.print(table)
-    target = plot or Path(run_dirs[0]) / "report.png"
-    plot_curves(runs, target, metric)
+    plot_curves(curves, sorted({run["dataset"] for run in runs}), target, metric)
     console.print(f"plot: {target}")

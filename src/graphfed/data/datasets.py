@@ -2,19 +2,22 @@
 
 The data root is ``$GRAPHFED_DATA`` and is treated as read-only: PyG writes ``processed/`` next to
 ``raw/``, so each dataset is processed under the cache directory (``$GRAPHFED_CACHE``, default
-``~/.cache/graphfed``) with its ``raw/`` folder linked to the read-only copy. Without
+``~/.cache/graphfed``) with its ``raw/`` folder linked to the read-only copy, in a folder of its
+own for each place and state of those raw files (``graphfed.data.staged``). Without
 ``GRAPHFED_DATA`` the datasets are downloaded into the cache the way PyG normally does.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from filelock import FileLock
 
+from graphfed.data.staged import CHECKSUMS, StagedRaw, is_built, mark_built
 from graphfed.errors import GraphfedError
 
 if TYPE_CHECKING:
@@ -121,7 +124,7 @@ def canonical_name(name: str) -> str:
     """Resolve ``name`` ignoring case and ``_``/``-``; raise a DatasetError listing valid names."""
     lookup = {_key(n): n for n in available()}
     if _key(name) not in lookup:
-        raise DatasetError(f"unknown dataset '{name}'; available: {', '.join(available())}")
+        raise DatasetError(f"unknown dataset {name!r}; available: {', '.join(available())}")
     return lookup[_key(name)]
 
 
@@ -159,11 +162,19 @@ def is_present(name: str) -> bool:
     return canonical in SYNTHETIC or (data_root() is not None and not missing_files(canonical))
 
 
-def _pyg_root(spec: DatasetSpec) -> Path:
-    """A writable root for PyG whose raw folder is (a link to) the read-only staged copy."""
+def unwritable_cache(what: str, error: OSError) -> DatasetError:
+    """The one error for a cache folder that cannot be made or written."""
+    return DatasetError(f"{what} cannot be cached: {error.filename}: {error.strerror}; point "
+                        f"GRAPHFED_CACHE at a writable folder (now {cache_dir()})")
+
+
+def _pyg_root(spec: DatasetSpec) -> tuple[Path, StagedRaw | None]:
+    """A writable root for PyG and, with a data root, the staged raw files its raw folder links
+    to: one root per place and fingerprint of those files (``staged``), so a cache never
+    outlives the files it was built from."""
     root = data_root()
     if root is None:
-        return cache_dir() / "downloads" / spec.class_root
+        return cache_dir() / "downloads" / spec.class_root, None
     missing = missing_files(spec.name)
     if missing:
         present = [n for n in SPECS if not missing_files(n)]
@@ -173,34 +184,66 @@ def _pyg_root(spec: DatasetSpec) -> Path:
         )
     import torch_geometric  # torch and PyG load only when data does: listing stays instant
 
-    work = cache_dir() / f"pyg-{torch_geometric.__version__}" / spec.class_root
+    staged = StagedRaw(spec.name, root, root / spec.class_root / spec.raw_subdir)
+    work = (cache_dir() / f"pyg-{torch_geometric.__version__}" / spec.class_root
+            / f"{spec.name}-{staged.key()}")
+    return work, staged
+
+
+def _build_once(work: Path, spec: DatasetSpec, staged: StagedRaw | None,
+                load: Callable[[], Any]) -> Any:
+    """``load()`` the dataset in ``work``; the first time for these raw files, verify them and
+    link them in first, and mark the folder built after."""
+    if staged is None or is_built(work):
+        return load()
+    checked = staged.verify()
     link = work / spec.raw_subdir
     if not link.exists():
         link.parent.mkdir(parents=True, exist_ok=True)
         tmp = link.with_name(f".raw-{os.getpid()}")
-        tmp.symlink_to(root / spec.class_root / spec.raw_subdir, target_is_directory=True)
+        tmp.symlink_to(staged.raw, target_is_directory=True)
         tmp.replace(link)
-    return work
+    dataset = load()
+    mark_built(work, staged, checked)
+    return dataset
 
 
 def _load_pyg(spec: DatasetSpec):
     import torch_geometric.datasets as pyg_datasets
 
     cls = getattr(pyg_datasets, spec.pyg_class)
-    root = _pyg_root(spec)
-    args = (str(root),) if spec.pyg_name is None else (str(root), spec.pyg_name)
-    # PyG writes its processed files on first load: a second process (a parallel run, a Flower
-    # worker) must wait for them instead of reading them half-written
-    root.mkdir(parents=True, exist_ok=True)
+    work, staged = cache_dir(), None
     try:
-        with FileLock(root / f".{spec.name}.lock"):
-            return cls(*args)
-    except OSError as e:  # no network for a download, an unwritable cache, unreadable files
+        work, staged = _pyg_root(spec)
+        args = (str(work),) if spec.pyg_name is None else (str(work), spec.pyg_name)
+        # PyG writes its processed files on first load: a second process (a parallel run, a
+        # Flower worker) must wait for them instead of reading them half-written
+        work.mkdir(parents=True, exist_ok=True)
+        with FileLock(work / f".{spec.name}.lock"):
+            return _build_once(work, spec, staged, lambda: cls(*args))
+    except GraphfedError:
+        raise
+    except OSError as e:  # an unwritable cache, no network for a download, unreadable files
+        if staged is not None and Path(e.filename or "/").is_relative_to(cache_dir()):
+            raise unwritable_cache(f"dataset '{spec.name}'", e) from None
         raise DatasetError(
-            f"dataset '{spec.name}' could not be fetched or read under {root} "
+            f"dataset '{spec.name}' could not be fetched or read under {work} "
             f"({type(e).__name__}: {e}); stage its raw files under GRAPHFED_DATA "
             f"(graphfed datasets lists what is found there) or check the network and the "
             f"cache's permissions") from None
+    except Exception as e:
+        # PyG reading a damaged file fails with whatever its parser meets first
+        # (UnpicklingError, ValueError, IndexError, ...)
+        detail = f"{type(e).__name__}: {str(e).strip()[:160]}"
+        if staged is not None and not is_built(work):
+            raise DatasetError(
+                f"dataset '{spec.name}': its raw files in {staged.raw} could not be processed "
+                f"({detail}); they look damaged: restore them from the copy GRAPHFED_DATA was "
+                f"made from (a {CHECKSUMS} file beside them lets graphfed name the bad one)"
+            ) from None
+        raise DatasetError(
+            f"dataset '{spec.name}' could not be read from {work} ({detail}); delete that "
+            f"folder to rebuild it") from None
 
 
 def _one_hot_degree(graphs: list[Data], cap: int | None = None) -> list[Data]:

@@ -18,7 +18,7 @@ import torch
 from torch_geometric.data import Data
 from torch_geometric.utils import subgraph
 
-from graphfed.data.datasets import GraphDataset, Level, cache_dir
+from graphfed.data.datasets import GraphDataset, Level, cache_dir, unwritable_cache
 from graphfed.data.partition import (
     PartitionBase,
     RatioPartition,
@@ -45,6 +45,10 @@ class NodeClient:
     def num_samples(self, split: str) -> int:
         return int(getattr(self.graph, f"{split}_mask").sum())
 
+    @property
+    def num_nodes(self) -> int:
+        return int(self.graph.num_nodes)
+
     def labels(self, split: str) -> torch.Tensor:
         return self.graph.y[getattr(self.graph, f"{split}_mask")]
 
@@ -58,6 +62,10 @@ class GraphClient:
 
     def num_samples(self, split: str) -> int:
         return len(self.graphs[split])
+
+    @property
+    def num_nodes(self) -> int:
+        return sum(int(g.num_nodes) for graphs in self.graphs.values() for g in graphs)
 
     def labels(self, split: str) -> torch.Tensor:
         graphs = self.graphs[split]
@@ -183,14 +191,21 @@ def load_or_build_partition(data: GraphDataset, options: PartitionBase, num_clie
     params = partition_params(data.name, dataset_options, options, num_clients, seed)
     path = artifact_path(partition_id(params))
     if path.exists():
-        artifact = safe_load(path, "partition artifact", [PartitionArtifact])
+        artifact = safe_load(path, "partition artifact", [PartitionArtifact],
+                             remedy="delete it and graphfed builds it again")
         if artifact.params == params:
             return artifact
     artifact = build_partition(data, options, num_clients, seed, dataset_options)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    torch.save(artifact, tmp)
-    tmp.replace(path)
+    # saved through a Python file: torch.save given a path reports an unwritable one as a
+    # RuntimeError, not an OSError
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tmp.open("wb") as f:
+            torch.save(artifact, f)
+        tmp.replace(path)
+    except OSError as e:
+        raise unwritable_cache(f"partition {artifact.id}", e) from None
     return artifact
 
 

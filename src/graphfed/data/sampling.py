@@ -11,9 +11,11 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import BaseModel, Field, PositiveInt
 from torch import Tensor
 from torch_geometric.utils import to_undirected
+
+from graphfed.validation import OPTIONS
 
 WHOLE_GRAPH_WEIGHTS = ("weights edges by whole-graph degrees (GCN normalisation), which a "
                        "sampled neighbourhood does not have; use a model that reads plain edges "
@@ -24,7 +26,7 @@ class SamplingOptions(BaseModel):
     """How node-level clients cut their training (and optionally evaluation) nodes into
     mini-batches; the defaults are plain full-graph mini-batches."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = OPTIONS
 
     fanouts: list[PositiveInt] | None = Field(
         None, min_length=1, description="neighbours drawn (with replacement) per node at each "

@@ -60,5 +60,6 @@ def plot_label_distribution(data: FederatedData, path: str | Path) -> None:
     ax.set_title(f"{data.dataset}: label distribution per client ({data.partition_id})")
     ax.legend(fontsize="small", ncol=2)
     fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)

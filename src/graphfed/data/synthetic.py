@@ -8,13 +8,15 @@ by ``signal`` plus standard Gaussian noise.
 from __future__ import annotations
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 from torch_geometric.data import Data
 from torch_geometric.utils import coalesce, to_undirected
 
+from graphfed.validation import OPTIONS, Seed
+
 
 class CSBMOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = OPTIONS
 
     nodes: int = Field(10_000, gt=1)
     classes: int = Field(5, ge=2)
@@ -22,7 +24,7 @@ class CSBMOptions(BaseModel):
     homophily: float = Field(0.8, ge=0.0, le=1.0)
     signal: float = Field(1.0, ge=0.0)
     degree: float = Field(10.0, gt=0.0)
-    seed: int = 0
+    seed: Seed = 0
 
 
 def contextual_sbm(opts: CSBMOptions) -> Data:

@@ -34,6 +34,7 @@ from graphfed.flower.owner import OwnerData, load_owner
 from graphfed.protocol import Client, ClientContext
 from graphfed.runtime import records
 from graphfed.runtime.base import answer_on_client
+from graphfed.runtime.identity import sign_claim
 from graphfed.seeding import seeded_call
 from graphfed.serialization import graph_classes, safe_load
 
@@ -71,7 +72,8 @@ def _owner_data(source: str, config: ExperimentConfig, seed: int) -> OwnerData:
     data = federated_data(config, seed)
     client_id = int(where)
     return OwnerData(client_id, data.num_clients, data.level, data.num_features,
-                     data.num_classes, data.clients[client_id], data.global_test)
+                     data.num_classes, data.clients[client_id], data.global_test,
+                     data.partition_id)
 
 
 @lru_cache(maxsize=8)
@@ -138,14 +140,16 @@ app = ClientApp()
 
 @app.query()
 def identify(message: FlowerMessage, context: Context) -> FlowerMessage:
-    """Which graphfed client this node is (the server maps Flower node ids to client ids) and,
-    for an owner's file, which partition it was exported from (the server checks it)."""
-    kind, where = _source(context).split(":", 1)
-    if kind == "partition":
-        answer = {"client": int(where)}
-    else:
-        owner = _owner_file(where)
-        answer = {"client": owner.client_id, "partition": owner.partition_id}
+    """Which graphfed client this node is and which partition its data comes from (the server
+    maps Flower node ids to client ids and checks the partition), signed with the owner's key
+    when the node has one (``key-path``), so the server can check the claim."""
+    control = records.control(message.content)
+    owner = _owner_data(_source(context), _config(str(control["config"])), int(control["seed"]))
+    answer: dict[str, Any] = {"client": owner.client_id, "partition": owner.partition_id}
+    if "key-path" in context.node_config:
+        answer["signature"] = sign_claim(str(context.node_config["key-path"]),
+                                         bytes(control["challenge"]), owner.client_id,
+                                         owner.partition_id)
     return FlowerMessage(RecordDict({records.CONTROL: ConfigRecord(answer)}), reply_to=message)
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from graphfed.errors import GraphfedError
+from graphfed.serialization import write_private
 
 CONNECTION = "graphfed"
 APP_PYPROJECT = """[build-system]
@@ -41,6 +42,7 @@ clientapp = "graphfed.flower.client_app:app"
 [tool.flwr.app.config]
 config = ""
 run-dir = ""
+owner-keys = ""
 """
 
 
@@ -69,11 +71,6 @@ class Credentials:
         return self.root / f"owner-{client}.pub"
 
 
-def _write_secret(path: Path, data: bytes) -> None:
-    path.write_bytes(data)
-    path.chmod(0o600)
-
-
 def make_credentials(root: Path, owners: int, hosts: tuple[str, ...] = ("127.0.0.1", "localhost"),
                      days: int = 30) -> Credentials:
     """A CA, the SuperLink's TLS certificate for ``hosts`` and ``owners`` node key pairs."""
@@ -83,7 +80,7 @@ def make_credentials(root: Path, owners: int, hosts: tuple[str, ...] = ("127.0.0
     from cryptography.x509.oid import NameOID
 
     creds = Credentials(root)
-    root.mkdir(parents=True, exist_ok=True)
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.timezone.utc)
 
     def cert(subject: str, key, issuer: str, signer, extensions) -> x509.Certificate:
@@ -109,11 +106,11 @@ def make_credentials(root: Path, owners: int, hosts: tuple[str, ...] = ("127.0.0
                    (x509.BasicConstraints(ca=False, path_length=None), True)])
     creds.ca.write_bytes(ca.public_bytes(pem))
     creds.server_cert.write_bytes(server.public_bytes(pem))
-    _write_secret(creds.server_key, server_key.private_bytes(
+    write_private(creds.server_key, server_key.private_bytes(
         pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
     for client in range(owners):
         key = ec.generate_private_key(ec.SECP384R1())
-        _write_secret(creds.owner_key(client), key.private_bytes(
+        write_private(creds.owner_key(client), key.private_bytes(
             pem, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()))
         creds.owner_public_key(client).write_bytes(key.public_key().public_bytes(
             serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH))
@@ -152,10 +149,12 @@ def superlink_command(creds: Credentials, host: str = "127.0.0.1", port: int = 9
 
 
 def supernode_command(superlink: str, ca: Path, key: Path, data: Path, port: int) -> list[str]:
-    """An owner's SuperNode: its own data file and private key; ``port`` is its local API."""
+    """An owner's SuperNode: its own data file and private key; ``port`` is its local API. The
+    ClientApp signs the server's identity challenge with the same key (``key-path``)."""
     return [tool("flower-supernode"), "--superlink", superlink, "--root-certificates", str(ca),
             "--auth-supernode-private-key", str(key),
-            "--node-config", f"data-path={json.dumps(str(Path(data).resolve()))}",
+            "--node-config", f"data-path={json.dumps(str(Path(data).resolve()))} "
+                             f"key-path={json.dumps(str(Path(key).resolve()))}",
             "--port", str(port)]
 
 
@@ -188,18 +187,21 @@ def register_node(public_key: Path, superlink: str, ca: Path, home: Path) -> Non
           flower_home(home, superlink, ca), timeout=60)
 
 
-def submit_run(config, run_dir: Path) -> dict:
+def submit_run(config, run_dir: Path, owner_keys: dict[int, str]) -> dict:
     """Submit the experiment to ``config.flower.superlink`` and wait for it; the summary.
 
     The ServerApp writes the run directory on the SuperLink's machine: on one machine (or a
-    shared disk) it is ``run_dir`` itself."""
+    shared disk) it is ``run_dir`` itself. The owners' public keys travel in the run config,
+    so the ServerApp checks each node's identity without reading the operator's files."""
     options = config.flower
     app = run_dir / "flower-app"
     app.mkdir()
     (app / "pyproject.toml").write_text(APP_PYPROJECT)
+    keys = json.dumps({str(c): key for c, key in owner_keys.items()})
     (run_dir / "run-config.toml").write_text(
         f"config = {json.dumps(json.dumps(config.to_dict()))}\n"
-        f"run-dir = {json.dumps(str(run_dir.resolve()))}\n")
+        f"run-dir = {json.dumps(str(run_dir.resolve()))}\n"
+        f"owner-keys = {json.dumps(keys)}\n")
     env = flower_home(run_dir / "flwr-home", options.superlink,
                       Path(options.root_certificates) if options.root_certificates else None)
     done = _flwr(["run", str(app), CONNECTION, "--run-config",

@@ -27,11 +27,18 @@ def run_on_flower(config: ExperimentConfig, out: Path, progress: bool) -> tuple[
     require_flwr()
     for seed in config.run_seeds:  # bad input fails here, and partitions are cached for clients
         federated_data(config, seed)
-    run_dir = new_run_dir(config, out)
     if config.runtime == "flower-sim":
         from graphfed.flower.simulation import run_simulated
 
+        run_dir = new_run_dir(config, out)
         return run_dir, run_simulated(config, run_dir, progress)
     from graphfed.flower.deployment import submit_run
+    from graphfed.flower.preflight import check_superlink
+    from graphfed.runtime.identity import read_owner_keys
 
-    return run_dir, submit_run(config, run_dir)
+    options = config.flower  # before the run directory: a wrong path or CA leaves nothing
+    keys = read_owner_keys(options.owner_keys, config.num_clients)
+    check_superlink(options.superlink,
+                    Path(options.root_certificates) if options.root_certificates else None)
+    run_dir = new_run_dir(config, out)
+    return run_dir, submit_run(config, run_dir, keys)

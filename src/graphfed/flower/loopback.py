@@ -105,7 +105,8 @@ class LoopbackFederation:
         assert self.creds is not None, "start the federation first"
         return with_overrides(config or self.config, {
             "runtime": "flower", "flower.superlink": self.address,
-            "flower.root_certificates": str(self.creds.ca)})
+            "flower.root_certificates": str(self.creds.ca),
+            "flower.owner_keys": str(self.creds.root)})
 
     def run(self, config: ExperimentConfig | None = None, out: Path | None = None,
             progress: bool = False) -> tuple[Path, dict]:

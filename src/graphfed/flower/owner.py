@@ -1,8 +1,15 @@
 """A data owner's file: one client's data plus the run's public shape, so a SuperNode loads only
-its own partition. Written by ``graphfed federation export`` (no flwr needed)."""
+its own partition. Written by ``graphfed federation export`` (no flwr needed).
+
+Format (version ``OWNER_FORMAT``; docs/flower.md): a ``torch.save`` of one ``OwnerData`` whose
+``data`` is a ``NodeClient`` (a PyG ``Data`` subgraph with train/val/test masks and the nodes'
+global ids) or a ``GraphClient`` (``Data`` graphs per split). It is read with
+``weights_only=True`` and only these classes allowed, so a swapped file cannot run code; it is
+written readable by its owner only."""
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,7 +18,10 @@ import torch
 from graphfed.build import federated_data
 from graphfed.config import ExperimentConfig
 from graphfed.data.federated import ClientData, GraphClient, NodeClient
-from graphfed.serialization import graph_classes, safe_load
+from graphfed.errors import GraphfedError
+from graphfed.serialization import graph_classes, safe_load, write_private
+
+OWNER_FORMAT = 1  # bump when OwnerData changes; a file of another version is refused
 
 
 @dataclass
@@ -24,18 +34,21 @@ class OwnerData:
     data: ClientData
     global_test: ClientData | None  # public evaluation set, when the partition has one
     partition_id: str = ""
+    format_version: int = 0  # files from before versioning read as 0
 
 
 def export_partition(config: ExperimentConfig, seed: int, out: Path) -> list[Path]:
     """One ``client-<i>.pt`` per client of ``config``'s partition for ``seed``."""
     data = federated_data(config, seed)
-    out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(mode=0o700, parents=True, exist_ok=True)
     paths = []
     for i, client in enumerate(data.clients):
         owner = OwnerData(i, data.num_clients, data.level, data.num_features, data.num_classes,
-                          client, data.global_test, data.partition_id)
+                          client, data.global_test, data.partition_id, OWNER_FORMAT)
+        buffer = io.BytesIO()
+        torch.save(owner, buffer)
         path = out / f"client-{i}.pt"
-        torch.save(owner, path)
+        write_private(path, buffer.getvalue())
         paths.append(path)
     return paths
 
@@ -46,5 +59,9 @@ def load_owner(path: str | Path) -> OwnerData:
     owner = safe_load(Path(path), "owner file",
                       [OwnerData, NodeClient, GraphClient, *graph_classes()])
     if not isinstance(owner, OwnerData):
-        raise TypeError(f"{path} is not a graphfed owner file (graphfed federation export)")
+        raise GraphfedError(f"{path} is not a graphfed owner file (graphfed federation export)")
+    if owner.format_version != OWNER_FORMAT:
+        raise GraphfedError(f"{path} is an owner file of format {owner.format_version}; this "
+                            f"graphfed reads format {OWNER_FORMAT}: export the owners' files "
+                            "again (graphfed federation export)")
     return owner

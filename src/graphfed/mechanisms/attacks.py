@@ -12,8 +12,10 @@ from typing import Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 from torch import Tensor
+
+from graphfed.validation import OPTIONS
 
 AttackKind = Literal["sign_flip", "scale", "random", "size_lie"]
 DEFAULT_SCALE: dict[str, float] = {"sign_flip": 1.0, "scale": 10.0, "random": 10.0}
@@ -24,7 +26,7 @@ ATTACKER_STREAM = 0xA77AC  # keeps the attackers' draw apart from every other us
 class AttackOptions(BaseModel):
     """The config section ``attack``: which share of the clients attacks, and how."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = OPTIONS
 
     fraction: float = Field(0.0, ge=0.0, le=1.0, description="share of the clients that attack "
                             "(round(fraction * num_clients), chosen by the run seed)")

@@ -28,12 +28,13 @@ from collections.abc import Sequence
 from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 from torch import Tensor
 
 from graphfed.mechanisms.aggregation import normalised_weights, weighted_average
 from graphfed.mechanisms.updates import flatten, unflatten
 from graphfed.tensors import Params
+from graphfed.validation import OPTIONS
 
 log = logging.getLogger("graphfed.aggregation")
 
@@ -44,7 +45,7 @@ KRUM_RULES = ("krum", "multi_krum")
 class AggregationOptions(BaseModel):
     """The config section ``aggregation``: how an averaging server combines the replies."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = OPTIONS
 
     rule: Rule = Field("mean", description="mean (sample-weighted, FedAvg), median, "
                        "trimmed_mean, krum, multi_krum or norm_clip")

@@ -169,6 +169,9 @@ class FedEgoNet(nn.Module):
         else:
             h = F.relu(self.reduction(x))
             if positions is not None:
-                h = h[positions]
+                # h[positions] would sum the gradient of a node's repeated positions with
+                # atomic float adds on several CPU threads (index_put_ with accumulate), in an
+                # order that changes between runs; embedding's backward adds them in index order
+                h = F.embedding(positions, h)
         return self.personal(F.dropout(h, self.dropout, self.training), edge_index)
 

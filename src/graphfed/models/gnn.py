@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Literal
 
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 from torch import Tensor, nn
 from torch_geometric.data import Data
 from torch_geometric.nn import (
@@ -25,6 +25,7 @@ from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import scatter
 
 from graphfed.models.dropout import dropout
+from graphfed.validation import OPTIONS
 
 ModelName = Literal["gcn", "sage", "sgc", "gat", "gin", "mlp", "mlp_sage"]
 # the task levels each model serves (SGC and the shared FedEgo layer shape read one graph's
@@ -36,7 +37,7 @@ MODEL_LEVELS: dict[str, tuple[str, ...]] = {
 
 
 class ModelOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = OPTIONS
 
     name: ModelName = "gcn"
     hidden: int = Field(64, ge=1)

@@ -18,10 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import yaml
 
 from graphfed.build import federated_data
-from graphfed.config import ConfigError, ExperimentConfig, build_config, load_config
+from graphfed.config import ConfigError, ExperimentConfig, load_config
 from graphfed.data.datasets import canonical_name, is_present
 from graphfed.errors import GraphfedError
 from graphfed.launch import resume, run
@@ -30,6 +29,7 @@ from graphfed.metrics import mean_std, pearson
 from graphfed.reproduce.catalog import get_preset
 from graphfed.reproduce.preset import Preset, Variant
 from graphfed.reproduce.selection import SELECTORS, check_selector, evaluated, selected_round
+from graphfed.serialization import read_json, read_metrics
 
 COLUMNS = ("method", "dataset", "metric", "ours_mean", "ours_std", "paper", "select")
 WHOLE_RUN = "run"  # the select value of a number over the whole run (payoffs, bytes, minutes)
@@ -87,7 +87,7 @@ def run_cell(cell: Cell, runs: Path, progress: bool) -> None:
     path = runs / cell.config.name
     same = (path / "config.yaml").is_file() and _saved_config(path) == cell.config.to_dict()
     if same and (path / "summary.json").is_file():
-        cell.run_dir, cell.summary = path, json.loads((path / "summary.json").read_text())
+        cell.run_dir, cell.summary = path, read_json(path / "summary.json", "run summary")
     elif same:
         cell.run_dir, cell.summary = resume(path, progress=progress)
     else:
@@ -126,9 +126,10 @@ def run_cells(cells: list[Cell], runs: Path, progress: bool, jobs: int) -> None:
 
 
 def _saved_config(path: Path) -> dict | None:
-    """A run's config as this version resolves it (new options take their defaults)."""
+    """A run's config as this version resolves it (new options take their defaults); None
+    for one this version refuses or cannot read, whose cell then runs again."""
     try:
-        return build_config(yaml.safe_load((path / "config.yaml").read_text())).to_dict()
+        return load_config(path / "config.yaml").to_dict()
     except ConfigError:
         return None
 
@@ -187,7 +188,7 @@ def _payoff_per_agent(cell: Cell, seed: int) -> list[float]:
 
 def seed_lines(cell: Cell, seed: int) -> list[dict]:
     path = cell.run_dir / f"seed-{seed}" / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    return read_metrics(path)
 
 
 MIB = 2**20
@@ -196,8 +197,8 @@ MIB = 2**20
 def run_metric(cell: Cell, seed: int, metric: str) -> float:
     """A per-seed number of the whole run: upload MiB or minutes."""
     if metric == "minutes":
-        return json.loads((cell.run_dir / f"seed-{seed}" / "summary.json").read_text()
-                          )["seconds"] / 60
+        return read_json(cell.run_dir / f"seed-{seed}" / "summary.json", "seed summary",
+                         ("seconds",))["seconds"] / 60
     lines = [line for line in seed_lines(cell, seed) if line["round"] > 0]
     ego = sum(line.get("server", {}).get("upload_ego_bytes", 0) for line in lines)
     return (ego if metric == "ego_mib" else sum(x["bytes_up"] for x in lines) - ego) / MIB
@@ -300,7 +301,6 @@ def reproduce(name: str, methods: list[str] | None = None, datasets: list[str] |
     seed_list = list(range(count))
     out = Path(out or Path("runs") / f"reproduce-{name}{'-quick' if quick else ''}")
     runs = out / "runs"
-    runs.mkdir(parents=True, exist_ok=True)
     skipped = [f"{d}: dataset files not present under GRAPHFED_DATA" for d in wanted
                if not is_present(d)]
     try:  # every cell's config is checked before any cell runs
@@ -309,6 +309,7 @@ def reproduce(name: str, methods: list[str] | None = None, datasets: list[str] |
                  for dataset in wanted if is_present(dataset) for variant in variants]
     except ConfigError as e:
         raise GraphfedError(f"preset {name}: {e}") from None
+    runs.mkdir(parents=True, exist_ok=True)
     run_cells([c for c in cells if c.variant.algorithm is not None], runs, progress, jobs)
     rows, vectors = [], {}
     for cell in cells:

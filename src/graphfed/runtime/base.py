@@ -1,7 +1,9 @@
 """The round logic every runtime shares; a runtime only supplies the transport.
 
 Per round: sample clients, ask the server what each receives, deliver, check every reply at the
-boundary (a malformed reply is dropped and logged, never aggregated), aggregate, count bytes.
+boundary (a malformed reply is dropped and logged, never aggregated), aggregate, count bytes. The
+server believes no number a client could lie about: a reply's training-sample count is replaced
+by the one the partition gives (``Setup.client_sizes``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from graphfed.protocol import (
+    NUM_SAMPLES,
     SERVER_DEVICE,
     TRAIN_LOSS,
     ClientContext,
@@ -113,7 +116,7 @@ class Runtime(ABC):
                 log.warning("round %d: dropped reply of client %d: %s", rnd, client, e)
                 dropped[client] = str(e)
                 continue
-            valid[client] = reply
+            valid[client] = self._with_known_size(rnd, client, reply)
         if messages and not valid:
             reasons = "; ".join(f"client {c}: {why}" for c, why in sorted(dropped.items()))
             raise RoundFailed(f"round {rnd}: no client returned a valid reply ({reasons})")
@@ -127,6 +130,19 @@ class Runtime(ABC):
             wire_bytes=self.wire_bytes())
         return record, valid
 
+    def _with_known_size(self, rnd: int, client: int, reply: Message) -> Message:
+        """``reply`` with its training-sample count replaced by the partition's (a differing
+        claim is logged): the aggregation weight is never the client's word."""
+        sizes = self.server.setup.client_sizes
+        if NUM_SAMPLES not in reply.scalars or not sizes:
+            return reply
+        known, claimed = sizes[client].train, reply.scalars[NUM_SAMPLES]
+        if claimed != known:
+            log.warning("round %d: client %d claimed %r training samples; the partition gives "
+                        "%d, which is used", rnd, client, claimed, known)
+        reply.scalars[NUM_SAMPLES] = known
+        return reply
+
     def setup_round(self) -> RoundRecord | None:
         """The algorithm's one-off exchange before round 1 (round 0), if it has one."""
         with seeded_call(self.seed, 0, SERVER, "setup"):
@@ -138,7 +154,8 @@ class Runtime(ABC):
         if not messages:
             return None
         record, valid = self._exchange(0, everyone, messages, self.deliver_setup,
-                                       self.server.setup_reply_spec)
+                                       self.server.setup_reply_spec,
+                                       self.server.check_setup_reply)
         self.server.aggregate_setup(valid)
         return record
 

@@ -11,65 +11,98 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
+from flwr.app import ConfigRecord, RecordDict
 from flwr.app import Message as FlowerMessage
-from flwr.app import RecordDict
 from flwr.serverapp import Grid
 
 from graphfed.errors import GraphfedError
-from graphfed.protocol import Message, Server
+from graphfed.protocol import Message, MessageError, Server
 from graphfed.runtime import records
 from graphfed.runtime.base import RoundFailed, Runtime
 from graphfed.runtime.flower_options import FlowerOptions
+from graphfed.runtime.identity import claim_is_signed, new_challenge
 
 log = logging.getLogger("graphfed.runtime.flower")
 MESSAGE_TYPES = {"setup": "train.setup", "fit": "train", "evaluate": "evaluate"}
+T = TypeVar("T")
 
 
-def discover_clients(grid: Grid, num_clients: int, wait: float, partition_id: str
+def discover_clients(grid: Grid, num_clients: int, wait: float, partition_id: str,
+                     control: dict, owner_keys: dict[int, str] | None = None
                      ) -> dict[int, int]:
-    """Graphfed client id -> Flower node id, once every client's node has connected. A node
-    whose data file comes from another partition than the run's is refused: its numbers would
-    be silently wrong."""
+    """Graphfed client id -> Flower node id, once every client's node has connected.
+
+    Each node is sent a fresh challenge and answers with the client it holds and the partition
+    its data comes from. A node that names no partition, or another partition than the run's,
+    is refused (its numbers would be silently wrong); with ``owner_keys`` a node is client i
+    only if it signed the challenge with owner i's private key (``runtime.identity``)."""
     deadline = time.monotonic() + wait
     while len(nodes := list(grid.get_node_ids())) < num_clients:
         if time.monotonic() > deadline:
             raise GraphfedError(f"only {len(nodes)} of {num_clients} SuperNodes connected "
                                 f"within {wait:.0f}s")
         time.sleep(0.5)
-    asks = [FlowerMessage(RecordDict(), node, "query", group_id="discover") for node in nodes]
+    challenges = {node: new_challenge() for node in nodes}
+    asks = [FlowerMessage(RecordDict({records.CONTROL: ConfigRecord(
+                {**control, "challenge": challenges[node]})}), node, "query",
+                group_id="discover") for node in nodes]
     mapping: dict[int, int] = {}
     for reply in grid.send_and_receive(asks, timeout=wait):
+        node = reply.metadata.src_node_id
         if reply.has_error():
-            raise GraphfedError(f"node {reply.metadata.src_node_id} could not say which client "
-                                f"it is: {reply.error.reason}")
-        answer = reply.content.config_records[records.CONTROL]
-        client = int(answer["client"])
-        held = str(answer.get("partition", partition_id))
+            raise GraphfedError(f"node {node} could not say which client it is: "
+                                f"{reply.error.reason}")
+        client, held = _identity(reply, node, num_clients)
         if held != partition_id:
             raise GraphfedError(
                 f"the SuperNode of client {client} holds a file of partition {held}, but this "
                 f"run's partition is {partition_id}: export the owners' files for this config "
                 f"and seed (graphfed federation export) and restart the nodes on them")
+        if owner_keys is not None and not claim_is_signed(
+                owner_keys[client], challenges[node], client, held,
+                bytes(reply.content.config_records[records.CONTROL].get("signature", b""))):
+            raise GraphfedError(
+                f"the SuperNode claiming client {client} did not prove it holds owner "
+                f"{client}'s private key (no valid signature of the server's challenge): it is "
+                f"another owner's node, or it was started with another key than owner-{client}")
         if client in mapping:
             raise GraphfedError(f"two SuperNodes both hold client {client}'s data")
-        mapping[client] = reply.metadata.src_node_id
+        mapping[client] = node
     missing = sorted(set(range(num_clients)) - set(mapping))
     if missing:
         raise GraphfedError(f"no connected SuperNode holds clients {missing}")
     return mapping
 
 
+def _identity(reply: FlowerMessage, node: int, num_clients: int) -> tuple[int, str]:
+    """The client id and partition a node's answer claims, both required and well formed."""
+    answer = reply.content.config_records.get(records.CONTROL)
+    client = None if answer is None else answer.get("client")
+    held = None if answer is None else answer.get("partition")
+    if not isinstance(client, int) or isinstance(client, bool) or not 0 <= client < num_clients:
+        raise GraphfedError(f"node {node} named no valid client id ({client!r}); the run has "
+                            f"clients 0..{num_clients - 1}")
+    if not isinstance(held, str) or not held:
+        raise GraphfedError(f"the SuperNode of client {client} named no partition: it cannot "
+                            "show its data belongs to this run")
+    return client, held
+
+
 class FlowerRuntime(Runtime):
     """Delivers each client's own message to its node through ``grid``."""
 
     def __init__(self, server: Server, grid: Grid, options: FlowerOptions, num_clients: int,
-                 client_fraction: float, seed: int, config_text: str, partition_id: str):
+                 client_fraction: float, seed: int, config_text: str, partition_id: str,
+                 owner_keys: dict[int, str] | None = None):
         super().__init__(server, num_clients, client_fraction, seed)
         self.grid = grid
         self.options = options
         self.config_text = config_text  # each node builds its client from the run's config
-        self.nodes = discover_clients(grid, num_clients, options.connect_timeout, partition_id)
+        self.nodes = discover_clients(grid, num_clients, options.connect_timeout, partition_id,
+                                      {"config": config_text, "seed": seed}, owner_keys)
         self._wire = (0, 0)
 
     def wire_bytes(self) -> tuple[int, int]:
@@ -133,13 +166,27 @@ class FlowerRuntime(Runtime):
         return replies, failed
 
     def deliver_setup(self, messages):
-        replies, failed = self._send("setup", 0, messages)
-        return {c: records.decode(r.content) for c, r in replies.items()}, failed
+        return _decoded(0, "setup", *self._send("setup", 0, messages), records.decode)
 
     def deliver_fit(self, rnd, messages):
-        replies, failed = self._send("fit", rnd, messages)
-        return {c: records.decode(r.content) for c, r in replies.items()}, failed
+        return _decoded(rnd, "fit", *self._send("fit", rnd, messages), records.decode)
 
     def deliver_evaluate(self, rnd, messages):
-        replies, _ = self._send("evaluate", rnd, messages)
-        return {c: records.decode_metrics(r.content) for c, r in replies.items()}
+        replies, _ = _decoded(rnd, "evaluate", *self._send("evaluate", rnd, messages),
+                              records.decode_metrics)
+        return replies
+
+
+def _decoded(rnd: int, phase: str, replies: dict[int, FlowerMessage], failed: dict[int, str],
+             decode: Callable[[RecordDict], T]) -> tuple[dict[int, T], dict[int, str]]:
+    """Each reply decoded; one that fails decoding is dropped and logged, as a malformed reply
+    is at the boundary, and the round goes on with the others."""
+    out: dict[int, T] = {}
+    for client, reply in replies.items():
+        try:
+            out[client] = decode(reply.content)
+        except MessageError as e:
+            log.warning("round %d: dropped %s reply of client %d: undecodable: %s", rnd, phase,
+                        client, e)
+            failed[client] = f"undecodable reply: {e}"
+    return out, failed

@@ -3,11 +3,13 @@ without it installed)."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
+
+from graphfed.validation import OPTIONS
 
 
 class FlowerOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = OPTIONS
 
     client_cpus: float = Field(1.0, gt=0, description="flower-sim: CPU cores per client")
     client_gpus: float = Field(0.0, ge=0, description="flower-sim: GPU share per client")
@@ -22,3 +24,7 @@ class FlowerOptions(BaseModel):
     superlink: str = Field("127.0.0.1:9093", description="flower: SuperLink control address")
     root_certificates: str | None = Field(
         None, description="flower: CA certificate the SuperLink's TLS certificate is signed by")
+    owner_keys: str | None = Field(
+        None, description="flower: directory of the owners' public keys (owner-<i>.pub, from "
+        "graphfed federation credentials); a node is admitted as client i only if it signs "
+        "the server's challenge with owner i's private key")

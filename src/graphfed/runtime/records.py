@@ -1,15 +1,20 @@
 """Message <-> Flower RecordDict codec: tensors travel as raw bytes with their exact dtype and
 shape (int64, int32, bool survive unchanged), scalars keep their Python type in a ConfigRecord.
+
+Decoding trusts nothing in the record: a dtype that is not a tensor dtype, a shape that does not
+match the bytes, a missing record or a scalar that is not a number is a ``MessageError``, which
+the runtime handles like any malformed reply (the client is dropped for the round).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-from graphfed.protocol import SCALAR_BYTES, Message
+from graphfed.protocol import SCALAR_BYTES, Message, MessageError
 
 TENSORS, SCALARS, CONTROL, METRICS = "tensors", "scalars", "graphfed", "metrics"
 STYPE = "graphfed.raw"
@@ -22,12 +27,20 @@ def _to_array(t: torch.Tensor) -> Array:
                  data=data)
 
 
-def _from_array(array: Array) -> torch.Tensor:
-    dtype = getattr(torch, array.dtype)
-    if not array.data:
-        return torch.empty(tuple(array.shape), dtype=dtype)
+def _from_array(name: str, array: Array) -> torch.Tensor:
+    dtype = getattr(torch, str(array.dtype), None)
+    shape = tuple(array.shape)
+    if not isinstance(dtype, torch.dtype) or not all(
+            isinstance(d, int) and d >= 0 for d in shape):
+        raise MessageError(f"tensor '{name}' has dtype {array.dtype!r} and shape {shape!r}")
+    expected = math.prod(shape) * dtype.itemsize
+    if len(array.data) != expected:
+        raise MessageError(f"tensor '{name}' has {len(array.data)} bytes; dtype {array.dtype} "
+                           f"and shape {shape} need {expected}")
+    if not expected:
+        return torch.empty(shape, dtype=dtype)
     raw = torch.frombuffer(bytearray(array.data), dtype=torch.uint8)
-    return raw.view(dtype).reshape(tuple(array.shape)).clone()
+    return raw.view(dtype).reshape(shape).clone()
 
 
 def encode(message: Message, control: dict[str, Any]) -> RecordDict:
@@ -38,8 +51,15 @@ def encode(message: Message, control: dict[str, Any]) -> RecordDict:
 
 
 def decode(content: RecordDict) -> Message:
-    tensors = {k: _from_array(a) for k, a in content.array_records[TENSORS].items()}
-    return Message(tensors, dict(content.config_records[SCALARS]))
+    arrays, scalars = content.array_records.get(TENSORS), content.config_records.get(SCALARS)
+    if arrays is None or scalars is None:
+        raise MessageError("the reply lacks graphfed's tensor or scalar record")
+    tensors = {k: _from_array(k, a) for k, a in arrays.items()}
+    numbers = dict(scalars)
+    odd = sorted(k for k, v in numbers.items() if not isinstance(v, (int, float, bool)))
+    if odd:
+        raise MessageError(f"scalars {odd} are not numbers")
+    return Message(tensors, numbers)
 
 
 def control(content: RecordDict) -> dict[str, Any]:
@@ -62,8 +82,13 @@ def encode_metrics(metrics: dict[str, dict]) -> RecordDict:
 
 
 def decode_metrics(content: RecordDict) -> dict[str, dict]:
+    record = content.metric_records.get(METRICS)
+    if record is None:
+        raise MessageError("the reply lacks graphfed's metric record")
     out: dict[str, dict] = {}
-    for name, value in content.metric_records[METRICS].items():
-        split, key = name.split(".", 1)
+    for name, value in record.items():
+        split, dot, key = name.partition(".")
+        if not dot or not isinstance(value, (int, float)):
+            raise MessageError(f"metric {name!r} is not split.key with a number")
         out.setdefault(split, {})[key] = value
     return out

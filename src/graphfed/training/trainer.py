@@ -12,13 +12,14 @@ from typing import Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 from torch import Tensor, nn
 from torch.func import functional_call
 
 from graphfed.metrics import classification_metrics, majority_class
 from graphfed.tensors import Params
 from graphfed.training.batches import GraphBatch, PreparedClient, PreparedGraphClient
+from graphfed.validation import OPTIONS
 
 ExtraLoss = Callable[[Params], Tensor]
 # (live params, the mini-batch, its graph embeddings) -> a loss term, for embedding regularisers
@@ -28,7 +29,7 @@ BatchHook = Callable[[Params, object], None]
 
 
 class OptimizerOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = OPTIONS
 
     name: Literal["adam", "sgd"] = "adam"
     lr: float = Field(0.01, gt=0.0)

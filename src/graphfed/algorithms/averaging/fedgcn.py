@@ -72,13 +72,27 @@ class FedGCNServer(FedAvgServer):
     def configure_setup(self, clients):
         return {c: Message() for c in clients} if self.setup.options.hops > 0 else {}
 
+    def setup_reply_spec(self, client):
+        sizes = self.setup.client_sizes
+        n = sizes[client].nodes if sizes else -1  # one row per node the partition gave it
+        return {"ids": ((n,), torch.long), "sums": ((n, -1), torch.float32),
+                "counts": ((n,), torch.float32)}, ()
+
+    def check_setup_reply(self, client, message):
+        ids, sums, counts = (message.tensors[k] for k in ("ids", "sums", "counts"))
+        if sums.shape[0] != len(ids) or counts.shape != ids.shape:
+            raise MessageError(f"client {client}: ids, sums and counts disagree in length")
+        if len(ids) and (ids.min() < 0 or counts.min() < 0 or len(ids.unique()) != len(ids)):
+            raise MessageError(f"client {client}: negative or repeated node ids, or negative "
+                               "neighbour counts")
+
     def aggregate_setup(self, replies):
         if not replies:
             return
-        for c, m in replies.items():
-            ids, sums, counts = m.tensors["ids"], m.tensors["sums"], m.tensors["counts"]
-            if ids.dim() != 1 or sums.shape[0] != len(ids) or counts.shape != ids.shape:
-                raise MessageError(f"client {c}: ids, sums and counts disagree in length")
+        widths = {m.tensors["sums"].shape[1] for m in replies.values()}
+        if len(widths) > 1:
+            raise MessageError(f"FedGCN's clients sent neighbour sums of different widths "
+                               f"{widths}")
         clients = list(replies)
         ids = torch.cat([replies[c].tensors["ids"] for c in clients])
         nodes, slot = torch.unique(ids, return_inverse=True)

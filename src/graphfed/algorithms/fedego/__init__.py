@@ -41,11 +41,5 @@ FEDEGO = register(Algorithm(
     levels=("node",),
     model=build_fedego_net,
     check=refuse_node_sampling,
-    exemptions=(
-        ("same_seed", "with more than one CPU thread two runs of one seed differ from round 1 "
-                      "(a kernel on FedEgo's path sums in thread order; exact with one thread)"),
-        ("resume", "the same thread-order sums make a resumed run differ from the uninterrupted "
-                   "one with more than one CPU thread (exact with one thread)"),
-    ),
     description="ego-graph Mixup uploads, averaged reduction layers, server-trained SAGE mixed in"
                 " by label-distribution EMD"))

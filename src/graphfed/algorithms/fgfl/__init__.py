@@ -19,7 +19,7 @@ steps 10-11: ``FGFLServer.after_aggregate``).
 from __future__ import annotations
 
 from graphfed.algorithms.fgfl.client import FGFLClient
-from graphfed.algorithms.fgfl.options import FGFLOptions
+from graphfed.algorithms.fgfl.options import FGFLOptions, refuse_endless_shapley
 from graphfed.algorithms.fgfl.server import FGFLServer
 from graphfed.algorithms.registry import Algorithm, register
 
@@ -28,4 +28,5 @@ FGFL = register(Algorithm(
     family="rewards",
     paper="Pan et al., AAAI 2024 (FGFL)",
     levels=("graph",),
-    description="FGFL: valued agents, sparsified rewards, payoffs and motif prototypes"))
+    description="FGFL: valued agents, sparsified rewards, payoffs and motif prototypes",
+    check=refuse_endless_shapley))

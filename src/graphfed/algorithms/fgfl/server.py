@@ -38,17 +38,37 @@ class FGFLServer(RewardServer):
     def configure_setup(self, clients):
         return {c: Message() for c in clients}
 
+    def setup_reply_spec(self, client):
+        spec = {"motif_keys": ((-1, -1), torch.long), "motif_counts": ((-1,), torch.long)}
+        if self.setup.options.use_prototypes:
+            spec["prototypes"] = ((-1, -1), torch.float32)
+        return spec, ()
+
+    def check_setup_reply(self, client, message):
+        """A vocabulary the server can decode: one count and (with prototypes) one prototype
+        per key, valid key lengths, no repeated key, no negative count."""
+        enc, counts = message.tensors["motif_keys"], message.tensors["motif_counts"]
+        k, width = enc.shape
+        prototypes = message.tensors.get("prototypes")
+        if width < KEY_WIDTH or counts.shape != (k,) or (
+                prototypes is not None and prototypes.shape[0] != k):
+            raise MessageError(f"client {client}: motif keys {tuple(enc.shape)}, counts "
+                               f"{tuple(counts.shape)} and prototypes disagree")
+        if k and (enc[:, 1].min() < 0 or enc[:, 1].max() > width - 2 or counts.min() < 0):
+            raise MessageError(f"client {client}: motif key lengths or counts out of range")
+        if len(set(decode_keys(enc))) != k:
+            raise MessageError(f"client {client}: its motif vocabulary repeats a key")
+
     def aggregate_setup(self, replies):
         if len(replies) < self.setup.num_clients:
             missing = sorted(set(range(self.setup.num_clients)) - set(replies))
-            raise MessageError(f"FGFL needs every agent's motif vocabulary; missing {missing}")
-        keys = {}
-        for c, m in sorted(replies.items()):
-            enc, counts = m.tensors.get("motif_keys"), m.tensors.get("motif_counts")
-            if enc is None or enc.dim() != 2 or enc.shape[1] < KEY_WIDTH or counts is None \
-                    or counts.shape != (enc.shape[0],):
-                raise MessageError(f"client {c}: malformed motif vocabulary")
-            keys[c] = decode_keys(enc)
+            raise MessageError(f"FGFL needs every agent's motif vocabulary; missing or "
+                               f"malformed: clients {missing}")
+        dims = {m.tensors["prototypes"].shape[1] for m in replies.values()
+                if "prototypes" in m.tensors}
+        if len(dims) > 1:
+            raise MessageError(f"FGFL's clients sent prototypes of different widths {dims}")
+        keys = {c: decode_keys(m.tensors["motif_keys"]) for c, m in sorted(replies.items())}
         vocabulary = sorted({k for ks in keys.values() for k in ks})
         code = {k: i for i, k in enumerate(vocabulary)}
         self.codes = [torch.tensor([code[k] for k in keys[c]], dtype=torch.long)

@@ -10,7 +10,7 @@ from typing import Annotated, ClassVar, Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+from pydantic import BaseModel, Field, TypeAdapter, field_validator
 from torch_geometric.data import Data
 
 from graphfed.data.partition.fedego import label_skew_plan, louvain_plan
@@ -19,18 +19,19 @@ from graphfed.data.partition.label_skew import dirichlet_split, uniform_split
 from graphfed.data.partition.node import louvain_split, major_labels_split, metis_split
 from graphfed.data.partition.plan import SplitPlan
 from graphfed.errors import GraphfedError
+from graphfed.validation import OPTIONS, Seed
 
 
 class PartitionBase(BaseModel):
     """Options every partition shares: a global test set, the seed, perturbation."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = OPTIONS
     levels: ClassVar[tuple[str, ...]] = ("node", "graph")
     own_global_test: ClassVar[str | None] = None  # where a plan takes its global test from
 
     global_test: float = Field(
         0.0, ge=0.0, lt=1.0, description="fraction held out as a global test set")
-    seed: int | None = Field(None, description="partition seed; defaults to the run's seed")
+    seed: Seed | None = Field(None, description="partition seed; defaults to the run's seed")
     edge_flip: float | list[float] | None = Field(
         None, description="graph level: fraction of each client's training-graph edges flipped "
         "(one value for all, or one per client)")
@@ -74,6 +75,8 @@ class RatioPartition(PartitionBase):
     def _split_sums_to_one(cls, v: tuple[float, float, float]) -> tuple[float, float, float]:
         if any(r < 0 for r in v) or abs(sum(v) - 1.0) > 1e-6:
             raise ValueError(f"train/val/test ratios must be non-negative and sum to 1, got {v}")
+        if v[0] == 0:  # every client's loss would be a mean over no items: NaN in round 1
+            raise ValueError(f"the training share (first ratio) must be positive, got {v}")
         return v
 
     def assign(self, labels: torch.Tensor, graph: Data | None, num_clients: int,
@@ -152,7 +155,7 @@ class GCFLCodePartition(PartitionBase):
     own_global_test: ClassVar[str | None] = (
         "gcfl_code takes the agents' validation graphs (10 %) as the global test set")
     name: Literal["gcfl_code"] = "gcfl_code"
-    seed: int | None = Field(123, description="split seed; the code's 123 for every repeat")
+    seed: Seed | None = Field(123, description="split seed; the code's 123 for every repeat")
 
     def plan(self, graph, num_items, num_clients, seed, rng):
         return gcfl_code_split(num_items, num_clients, seed)

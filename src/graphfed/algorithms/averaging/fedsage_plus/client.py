@@ -42,13 +42,11 @@ class FedSagePlusClient(FedAvgClient):
     def _gen_reply(self, params, ctx) -> tuple[dict[str, Tensor], dict]:
         data = self._impaired(ctx)
         trained, loss = train_neighgen(params, data, self.setup.num_classes, self.options)
-        return (with_prefix(trained, GEN),
-                {"num_samples_gen": len(data.keep), "gen_loss": loss})
+        return with_prefix(trained, GEN), {"gen_loss": loss}
 
     def answer_setup(self, message, ctx):
         tensors, scalars = self._gen_reply(None, ctx)
-        return Message(tensors=tensors, scalars={NUM_SAMPLES: scalars["num_samples_gen"],
-                                                 **scalars})
+        return Message(tensors=tensors, scalars=scalars)
 
     def _view(self, ctx):
         """``ctx`` with the client's data showing the mended graph, once there is one. The

@@ -30,12 +30,18 @@ class Impaired:
         return Impaired(*(getattr(self, f).to(device) for f in self.__dataclass_fields__))
 
 
+def kept_nodes(num_nodes: int, portion: float) -> int:
+    """How many of a client's ``num_nodes`` nodes stay visible after hiding: NeighGen's
+    training samples, which the server computes from the partition instead of asking."""
+    return num_nodes - int(portion * num_nodes)
+
+
 def hide_nodes(graph: Data, portion: float, num_pred: int,
                generator: torch.Generator | None = None) -> Impaired:
     """Hide ``int(portion * n)`` random nodes of ``graph`` and collect the recovery targets."""
     n = graph.num_nodes
     order = torch.randperm(n, generator=generator)
-    hidden = order[:int(portion * n)].sort().values
+    hidden = order[:n - kept_nodes(n, portion)].sort().values
     is_hidden = torch.zeros(n, dtype=torch.bool)
     is_hidden[hidden] = True
     keep = torch.nonzero(~is_hidden).view(-1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from graphfed.algorithms.averaging.fedavg import FedAvgOptions
+from graphfed.validation import Seed
 
 
 class FedSagePlusOptions(FedAvgOptions):
@@ -29,7 +30,7 @@ class FedSagePlusOptions(FedAvgOptions):
     feat_weight: float = Field(1.0, ge=0.0, description="weight of fGen's greedy feature loss (b)")
     clf_weight: float = Field(1.0, ge=0.0, description="weight of the classification loss on "
                               "the generator-mended impaired graph (c)")
-    gen_seed: int = Field(0, description="seed of NeighGen's initialisation, shared by all "
+    gen_seed: Seed = Field(0, description="seed of NeighGen's initialisation, shared by all "
                           "clients so that their generators start identical")
     classifier_during_gen: bool = Field(True, description="train the classifier (on the "
                                         "unmended graph) in the fit rounds that also carry "

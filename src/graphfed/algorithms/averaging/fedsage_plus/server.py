@@ -5,14 +5,16 @@ from __future__ import annotations
 from torch import Tensor
 
 from graphfed.algorithms.averaging.fedavg import FedAvgServer
+from graphfed.algorithms.averaging.fedsage_plus.impair import kept_nodes
 from graphfed.algorithms.averaging.fedsage_plus.messages import (
     GEN,
     MENDED,
     TRAIN_GEN,
     split_message,
 )
+from graphfed.errors import GraphfedError
 from graphfed.mechanisms.updates import with_prefix
-from graphfed.protocol import NUM_SAMPLES, Message, spec_of
+from graphfed.protocol import NUM_SAMPLES, Message, MessageError, spec_of
 
 
 class FedSagePlusServer(FedAvgServer):
@@ -30,16 +32,26 @@ class FedSagePlusServer(FedAvgServer):
     def configure_setup(self, clients):
         return {c: Message() for c in clients} if self.setup.options.gen_rounds > 0 else {}
 
-    def setup_reply_spec(self, client):
-        return None, (NUM_SAMPLES,)
+    def check_setup_reply(self, client, message):
+        if not message.tensors or not all(k.startswith(GEN) for k in message.tensors):
+            raise MessageError(f"client {client}: a setup reply holds NeighGen's parameters "
+                               f"({GEN}*) only, got {sorted(message.tensors)}")
+
+    def _gen_weight(self, client: int) -> float:
+        """A client's NeighGen weight: its visible nodes after hiding (FedAvg by samples),
+        from the partition's node count, not from the client."""
+        sizes = self.setup.client_sizes
+        if not sizes:
+            raise GraphfedError("FedSage+'s server weighs generators by the partition's client "
+                                "sizes (Setup.client_sizes), which this setup lacks")
+        return float(kept_nodes(sizes[client].nodes, self.setup.options.hide_portion))
 
     def _aggregate_gen(self, replies: dict[int, Message]) -> None:
         gens = {c: split_message(m)[1] for c, m in replies.items()}
         gens = {c: g for c, g in gens.items() if g}
         if not gens:
             return
-        self.gen = self.average(list(gens.values()),
-                                [float(replies[c].scalars["num_samples_gen"]) for c in gens],
+        self.gen = self.average(list(gens.values()), [self._gen_weight(c) for c in gens],
                                 self.gen)
         self.gen_done += 1
 
