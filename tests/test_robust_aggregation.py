@@ -208,6 +208,20 @@ def test_a_size_liar_claims_a_huge_size_and_sends_honest_tensors():
 
 
 @require("Cora")
+def test_a_size_liar_buys_no_weight_the_server_weighs_by_the_partition():
+    """The server replaces every claimed size by the one the partition gives it, so size_lie
+    attackers leave the aggregate as an honest round leaves it."""
+    models = {}
+    for attack in ("attack.fraction=0", "attack.fraction=0.5"):
+        config = load_config(None, [*TINY, attack, "attack.kind=size_lie"])
+        fed = build_federation(config, 0)
+        fed.fit_round(1)
+        models[attack] = fed.runtime.server.params
+    honest, lied = models.values()
+    assert all(torch.equal(honest[k], lied[k]) for k in honest)
+
+
+@require("Cora")
 def test_the_batched_engine_sends_what_the_sequential_one_sends_under_attack():
     """The attack applies in finish_step too, with the same seeded noise."""
     replies = {}
