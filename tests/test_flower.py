@@ -19,6 +19,9 @@ flwr = pytest.importorskip("flwr", reason="Flower is not installed (pip install 
 TOL = 1e-5
 CASES = {
     "fedavg-cora": ["dataset=Cora", "algorithm=fedavg", "partition=louvain"],
+    "fedavg-cora-median-under-attack": ["dataset=Cora", "algorithm=fedavg", "partition=louvain",
+                                        "aggregation.rule=median", "attack.fraction=0.34",
+                                        "attack.kind=random"],
     "fgfl-proteins": ["dataset=PROTEINS", "algorithm=fgfl", "model=gin", "batch_size=64",
                       "partition=gcfl_chunk", "partition.chunk=50", "partition.global_test=0.1",
                       "partition.split=[0.8,0.1,0.1]"],

@@ -24,8 +24,10 @@ from graphfed.data.federated import (
     load_or_build_partition,
     materialize,
 )
+from graphfed.mechanisms.attacks import choose_attackers
 from graphfed.models.gnn import build_model
-from graphfed.protocol import ClientContext, ClientSize, Setup
+from graphfed.protocol import Client, ClientContext, ClientSize, Setup
+from graphfed.runtime.attack import AttackingClient
 from graphfed.training import PreparedClient, Trainer, prepare_client
 
 
@@ -77,8 +79,24 @@ def build_algorithm(config: ExperimentConfig, seed: int, level: str, num_feature
     setup = Setup(level=level, num_clients=num_clients, num_classes=num_classes,
                   initial_params=trainer.initial_params(),
                   options=config.algorithm_options(), local_epochs=config.local_epochs,
-                  batch_size=config.batch_size)
+                  batch_size=config.batch_size, aggregation=config.aggregation)
     return algorithm, trainer, setup
+
+
+def attackers(config: ExperimentConfig, seed: int, num_clients: int) -> list[int]:
+    """The clients the run's attack simulation makes malicious (none without ``attack``)."""
+    if config.attack.fraction == 0:
+        return []
+    return choose_attackers(num_clients, config.attack.fraction, seed)
+
+
+def build_client(config: ExperimentConfig, seed: int, algorithm: Algorithm, setup: Setup
+                 ) -> Client:
+    """The algorithm's client side, as every runtime runs it: wrapped by the attack simulation
+    when the run has attackers, so in-process and Flower clients attack alike."""
+    client = algorithm.client(setup)
+    chosen = attackers(config, seed, setup.num_clients)
+    return AttackingClient(client, config.attack, frozenset(chosen)) if chosen else client
 
 
 def client_sizes(data: FederatedData) -> tuple[ClientSize, ...]:

@@ -23,8 +23,11 @@ from graphfed.data.partition import (
 from graphfed.data.sampling import WHOLE_GRAPH_WEIGHTS, SamplingOptions
 from graphfed.data.synthetic import CSBMOptions
 from graphfed.errors import GraphfedError
+from graphfed.mechanisms.attacks import AttackOptions
+from graphfed.mechanisms.robust import AggregationOptions, check_rule
 from graphfed.models.gnn import MODEL_LEVELS, ModelOptions
 from graphfed.protocol import AlgorithmOptions
+from graphfed.runtime.base import clients_per_round
 from graphfed.runtime.flower_options import FlowerOptions
 from graphfed.training.trainer import OptimizerOptions
 from graphfed.validation import OPTIONS, Seed
@@ -75,6 +78,12 @@ class ExperimentConfig(BaseModel):
         "simulation", description="simulation: in-process; flower-sim: Flower's simulation "
         "engine; flower: a SuperLink and its SuperNodes")
     flower: FlowerOptions = Field(default_factory=FlowerOptions)
+    aggregation: AggregationOptions = Field(
+        default_factory=AggregationOptions, description="how an averaging-family server "
+        "combines the replies (rule: mean, median, trimmed_mean, krum, multi_krum, norm_clip)")
+    attack: AttackOptions = Field(
+        default_factory=AttackOptions, description="simulated attackers: a share of the "
+        "clients (fraction) that send sign-flipped, scaled or random updates or lie about size")
     csbm: CSBMOptions | None = None
     methods: dict[str, AlgorithmOptions] = Field(
         default_factory=dict, description="per-algorithm option sections, e.g. fedprox.mu")
@@ -168,7 +177,21 @@ class ExperimentConfig(BaseModel):
             raise ValueError("runtime=flower needs flower.owner_keys: the directory of the "
                              "owners' public keys (owner-<i>.pub), so the server knows which "
                              "node is which client")
+        self._check_robustness(algorithm.family)
         return self
+
+    def _check_robustness(self, family: str) -> None:
+        rule = self.aggregation.rule
+        if rule != "mean" and family != "averaging":
+            averaging = sorted(n for n, a in load_all().items() if a.family == "averaging")
+            raise ValueError(f"aggregation.rule={rule} applies to the averaging family "
+                             f"({', '.join(averaging)}); algorithm '{self.algorithm}' is "
+                             f"{family}")
+        check_rule(self.aggregation, clients_per_round(self.client_fraction, self.num_clients))
+        attack = self.attack
+        if attack.fraction > 0 and round(attack.fraction * self.num_clients) == 0:
+            raise ValueError(f"attack.fraction={attack.fraction} of {self.num_clients} clients "
+                             "rounds to no attacker")
 
     def _check_sampling(self, level: str) -> None:
         fanouts = self.sampling.fanouts
@@ -272,9 +295,11 @@ def _section_class(loc: tuple) -> type[BaseModel] | None:
     head = loc[0] if loc else None
     if head == "partition" and len(loc) > 1:
         return PARTITIONS.get(loc[1])
-    if head in ("model", "optimizer", "csbm", "flower"):
-        return {"model": ModelOptions, "optimizer": OptimizerOptions, "csbm": CSBMOptions,
-                "flower": FlowerOptions}[head]
+    sections = {"model": ModelOptions, "optimizer": OptimizerOptions, "csbm": CSBMOptions,
+                "flower": FlowerOptions, "aggregation": AggregationOptions,
+                "attack": AttackOptions}
+    if head in sections:
+        return sections[head]
     if isinstance(head, str) and _is_algorithm(head):
         return get_algorithm(head).options
     return None

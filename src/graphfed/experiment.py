@@ -22,7 +22,9 @@ import torch
 import yaml
 
 from graphfed.build import (
+    attackers,
     build_algorithm,
+    build_client,
     client_context,
     client_sizes,
     federated_data,
@@ -116,7 +118,7 @@ def build_federation(config: ExperimentConfig, seed: int,
         return Federation(config, seed, data, trainer, runtime, global_test)
     contexts = [client_context(config, trainer, i, c, global_test)
                 for i, c in enumerate(data.clients)]
-    runtime = SimulationRuntime(server, algorithm.client(setup),
+    runtime = SimulationRuntime(server, build_client(config, seed, algorithm, setup),
                                 contexts, config.client_fraction, seed,
                                 batched=config.engine == "batched" and algorithm.batched)
     return Federation(config, seed, data, trainer, runtime, global_test)
@@ -232,11 +234,15 @@ def seed_summary(fed: Federation, lines: list[dict], seconds: float) -> dict:
     if rewards:  # sparse rewards of round t travel in round t+1: what dense ones would cost
         final["bytes_down_dense_equivalent"] = down + sum(
             r["reward_bytes_dense"] - r["reward_bytes"] for r in rewards)
-    return {"seed": fed.seed, "partition_id": fed.data.partition_id, "final": final,
-            "clients": last_eval["clients"], "rounds": sum(line["round"] > 0 for line in lines),
-            "seconds": seconds,
-            "train_seconds": sum(line["train_seconds"] for line in lines),
-            "eval_seconds": sum(line.get("eval_seconds", 0.0) for line in lines)}
+    summary = {"seed": fed.seed, "partition_id": fed.data.partition_id, "final": final,
+               "clients": last_eval["clients"],
+               "rounds": sum(line["round"] > 0 for line in lines), "seconds": seconds,
+               "train_seconds": sum(line["train_seconds"] for line in lines),
+               "eval_seconds": sum(line.get("eval_seconds", 0.0) for line in lines)}
+    chosen = attackers(fed.config, fed.seed, fed.data.num_clients)
+    if chosen:
+        summary["attackers"] = chosen
+    return summary
 
 
 # ---------------------------------------------------------------- whole runs

@@ -22,6 +22,7 @@ from pydantic import BaseModel
 from torch import Tensor
 
 from graphfed.errors import GraphfedError
+from graphfed.mechanisms.robust import AggregationOptions
 from graphfed.tensors import Params, move_tensors
 from graphfed.training import PreparedClient, Trainer, TrainStats
 from graphfed.training.step import LocalStep
@@ -154,6 +155,7 @@ class Setup:
     options: AlgorithmOptions
     local_epochs: int = 1
     batch_size: int | None = None
+    aggregation: AggregationOptions = field(default_factory=AggregationOptions)  # averaging's rule
     client_sizes: tuple[ClientSize, ...] = ()
 
     def on(self, device: torch.device | str) -> Setup:

@@ -23,6 +23,7 @@ from flwr.clientapp import ClientApp
 
 from graphfed.build import (
     build_algorithm,
+    build_client,
     client_context,
     federated_data,
     prepare_global_test,
@@ -90,7 +91,7 @@ def _node(config_text: str, seed: int, source: str) -> Node:
                                                 resolve_device(config.device))
     global_test = (prepare_global_test(config, trainer, owner.global_test)
                    if config.client_global_eval else None)
-    return Node(algorithm.client(setup),
+    return Node(build_client(config, seed, algorithm, setup),
                 client_context(config, trainer, owner.client_id, owner.data, global_test))
 
 

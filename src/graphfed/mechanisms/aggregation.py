@@ -5,18 +5,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from torch import Tensor
 
 from graphfed.tensors import Params
+
+
+def normalised_weights(weights: Sequence[float]) -> Tensor:
+    """``weights`` as float64 summing to 1 (``ValueError`` for negative ones or a zero sum)."""
+    w = torch.tensor(weights, dtype=torch.float64)
+    if (w < 0).any() or w.sum() <= 0:
+        raise ValueError(f"weights must be non-negative with a positive sum, got {list(weights)}")
+    return w / w.sum()
 
 
 def weighted_average(params: Sequence[Params], weights: Sequence[float]) -> Params:
     """Sum of ``params`` weighted by ``weights`` normalised to 1 (FedAvg's server update)."""
     if not params:
         raise ValueError("weighted_average needs at least one parameter set")
-    w = torch.tensor(weights, dtype=torch.float64)
-    if (w < 0).any() or w.sum() <= 0:
-        raise ValueError(f"weights must be non-negative with a positive sum, got {list(weights)}")
-    w = w / w.sum()
+    w = normalised_weights(weights)
     out = {}
     for name in params[0]:
         stacked = torch.stack([p[name] for p in params]).to(torch.float64)

@@ -39,6 +39,11 @@ def answer_on_client(answer: Callable[[Message, ClientContext], Any], message: M
     return reply.to(SERVER_DEVICE) if isinstance(reply, Message) else reply
 
 
+def clients_per_round(client_fraction: float, num_clients: int) -> int:
+    """How many clients a round samples: the fraction of them, at least one."""
+    return max(1, round(client_fraction * num_clients))
+
+
 class RoundFailed(RuntimeError):
     """Every sampled client failed or sent a malformed reply: nothing to aggregate."""
 
@@ -66,7 +71,7 @@ class Runtime(ABC):
         self.rng = np.random.default_rng(seed)
 
     def sample_clients(self) -> list[int]:
-        count = max(1, round(self.client_fraction * self.num_clients))
+        count = clients_per_round(self.client_fraction, self.num_clients)
         if count >= self.num_clients:
             return list(range(self.num_clients))
         return sorted(int(c) for c in self.rng.choice(self.num_clients, count, replace=False))

@@ -81,9 +81,10 @@ class SimulationRuntime(Runtime):
         except Exception as e:  # the batch fails as one: every client in it is dropped
             return replies, {c: _dropped(rnd, c, e) for c in clients}
         for c, (params, stats) in zip(clients, results, strict=True):
-            try:
-                replies[c] = self.client.finish_step(together[c][0], self.contexts[c], params,
-                                                     stats)
+            try:  # under the client's own seeded call, as its fit would run
+                with seeded_call(self.seed, rnd, c, "fit"):
+                    replies[c] = self.client.finish_step(together[c][0], self.contexts[c],
+                                                         params, stats)
             except Exception as e:
                 failed[c] = _dropped(rnd, c, e)
         return move_messages(replies, SERVER_DEVICE), failed

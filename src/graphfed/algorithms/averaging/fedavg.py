@@ -6,7 +6,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from graphfed.algorithms.registry import Algorithm, register
-from graphfed.mechanisms.aggregation import weighted_average
+from graphfed.mechanisms.robust import robust_average
 from graphfed.protocol import (
     NUM_SAMPLES,
     AlgorithmOptions,
@@ -47,7 +47,14 @@ class FedAvgServer(Server):
         weighted = getattr(self.setup.options, "weighted", True)
         weights = [float(m.scalars[NUM_SAMPLES]) if weighted else 1.0
                    for m in replies.values()]
-        self.params = weighted_average([m.tensors for m in replies.values()], weights)
+        self.params = self.average([m.tensors for m in replies.values()], weights, self.params)
+
+    def average(self, models: list[Params], weights: list[float],
+                current: Params | None) -> Params:
+        """The one place an averaging server combines models: the run's aggregation rule
+        (``aggregation.rule``; the weighted mean by default) over ``models``, ``current`` being
+        the model they were trained from (what ``norm_clip`` measures updates against)."""
+        return robust_average(models, weights, self.setup.aggregation, current)
 
     configure_evaluate = configure_fit
 

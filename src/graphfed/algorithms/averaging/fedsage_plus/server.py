@@ -13,7 +13,6 @@ from graphfed.algorithms.averaging.fedsage_plus.messages import (
     split_message,
 )
 from graphfed.errors import GraphfedError
-from graphfed.mechanisms.aggregation import weighted_average
 from graphfed.mechanisms.updates import with_prefix
 from graphfed.protocol import NUM_SAMPLES, Message, MessageError, spec_of
 
@@ -52,7 +51,8 @@ class FedSagePlusServer(FedAvgServer):
         gens = {c: g for c, g in gens.items() if g}
         if not gens:
             return
-        self.gen = weighted_average(list(gens.values()), [self._gen_weight(c) for c in gens])
+        self.gen = self.average(list(gens.values()), [self._gen_weight(c) for c in gens],
+                                self.gen)
         self.gen_done += 1
 
     def aggregate_setup(self, replies):
