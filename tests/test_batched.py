@@ -28,6 +28,9 @@ CASES = {
     "fedprox-graph-mini-batch-sgd": [*GRAPH, "algorithm=fedprox", "batch_size=16",
                                      "optimizer.name=sgd", "optimizer.momentum=0.9"],
     "local-graph-mini-batch": [*GRAPH, "algorithm=local", "batch_size=16"],
+    # round 2 trains with c - c_i != 0, a gradient offset per client
+    "scaffold-graph-mini-batch-partial": [*GRAPH, "algorithm=scaffold", "batch_size=16",
+                                          "client_fraction=0.5"],
 }
 
 

@@ -4,7 +4,8 @@ level run; every message crosses the boundary check and its counted bytes are it
 same seed gives the same numbers to the last bit, metrics and every party's state, whatever the
 CPU thread count (two runs on two threads, one on one thread); a run resumed from its round-1
 checkpoint ends exactly as the uninterrupted one. The list is the registry itself, so a new
-algorithm is checked on arrival.
+algorithm is checked on arrival, plus the option modes in ``MODES`` that change what a party
+keeps or sends.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ DATASET = {"node": ["dataset=Cora", "partition=metis"],
 # algorithm runs on its defaults
 FASTER = {"fedsage+": ["fedsage+.fgen_hidden=[32]", "fedsage+.gen_rounds=2"]}
 TIMINGS = ("train_seconds", "eval_seconds")
+# option modes that change what a party keeps or sends, checked as algorithms of their own
+MODES = {"scaffold": {"compat": ["scaffold.compat_gpfl_code=true", "optimizer.persistent=true"]},
+         "gcfl": {"all": ["gcfl.shared_params=all"]}}
 
 
 def _overrides(algorithm: Algorithm, *extra: str) -> list[str]:
@@ -49,13 +53,18 @@ def _cases() -> list:
 
 
 def _engine_cases() -> list:
-    """Every algorithm on the sequential engine, and those registered ``batched`` also on the
-    batched one (id ``<name>-batched``)."""
+    """Every algorithm on the sequential engine, those registered ``batched`` also on the
+    batched one (id ``<name>-batched``), and each of its ``MODES`` (id ``<name>-<mode>``): the
+    overrides of each case."""
     out = []
     for name in sorted(ALGORITHMS):
-        out.append(pytest.param(name, "sequential", marks=_marks(name), id=name))
+        out.append(pytest.param(name, ["engine=sequential"], marks=_marks(name), id=name))
         if ALGORITHMS[name].batched:
-            out.append(pytest.param(name, "batched", marks=_marks(name), id=f"{name}-batched"))
+            out.append(pytest.param(name, ["engine=batched"], marks=_marks(name),
+                                    id=f"{name}-batched"))
+        for mode, options in MODES.get(name, {}).items():
+            out.append(pytest.param(name, ["engine=sequential", *options], marks=_marks(name),
+                                    id=f"{name}-{mode}"))
     return out
 
 
@@ -84,9 +93,9 @@ def _payload(message: Message) -> int:
     return tensors + 8 * len(message.scalars)
 
 
-@pytest.mark.parametrize(("name", "engine"), _engine_cases())
-def test_conformance_boundary_and_bytes(name, engine, monkeypatch):
-    fed = build_federation(load_config(None, _overrides(ALGORITHMS[name], f"engine={engine}")), 0)
+@pytest.mark.parametrize(("name", "options"), _engine_cases())
+def test_conformance_boundary_and_bytes(name, options, monkeypatch):
+    fed = build_federation(load_config(None, _overrides(ALGORITHMS[name], *options)), 0)
     runtime = fed.runtime
     sent: list[tuple[int, int]] = []  # (down, up) of every delivery
 
@@ -153,17 +162,17 @@ def test_differences_name_every_differing_leaf():
     assert _differences(a, b) == [".lines[0].acc", ".w", ".ids[1]", ".graph.x"]
 
 
-@pytest.mark.parametrize(("name", "engine"), _engine_cases())
-def test_conformance_same_seed_same_bits_on_one_or_two_threads(name, engine):
-    config = load_config(None, _overrides(ALGORITHMS[name], f"engine={engine}"))
+@pytest.mark.parametrize(("name", "options"), _engine_cases())
+def test_conformance_same_seed_same_bits_on_one_or_two_threads(name, options):
+    config = load_config(None, _overrides(ALGORITHMS[name], *options))
     two = _two_rounds(config, 2)
     assert _differences(_two_rounds(config, 2), two) == []
     assert _differences(_two_rounds(config, 1), two) == []
 
 
-@pytest.mark.parametrize(("name", "engine"), _engine_cases())
-def test_conformance_resume_from_round_1_equals_uninterrupted(name, engine, tmp_path):
-    config = load_config(None, _overrides(ALGORITHMS[name], "name=run", f"engine={engine}"))
+@pytest.mark.parametrize(("name", "options"), _engine_cases())
+def test_conformance_resume_from_round_1_equals_uninterrupted(name, options, tmp_path):
+    config = load_config(None, _overrides(ALGORITHMS[name], "name=run", *options))
     whole, _ = run_experiment(config, tmp_path / "whole", progress=False)
     cut = interrupted_run(config, tmp_path / "cut", at_round=2)
     torch.manual_seed(12345)  # the resumed run must not depend on the process's RNG state

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from graphfed.algorithms.clustered.gcfl import GCFLClient
+from graphfed.algorithms.clustered.gcfl_plus import GPFL_CODE_EPS, gpfl_code_overrides
 from graphfed.algorithms.registry import get_algorithm
 from graphfed.config import load_config
 from graphfed.experiment import build_federation
@@ -94,21 +95,35 @@ def test_gcfl_plus_splits_by_dtw_of_update_norm_sequences():
 
 @require("PROTEINS")
 @pytest.mark.parametrize("name", ["gcfl", "gcfl+"])
-def test_one_cluster_shares_convolutions_and_keeps_the_rest_personal(name):
+@pytest.mark.parametrize("scope", ["convs", "all"])
+def test_one_cluster_shares_its_scope_and_keeps_the_rest_personal(name, scope):
     config = load_config(None, ["dataset=PROTEINS", f"algorithm={name}", "model=gin",
                                 "partition=gcfl_chunk", "partition.chunk=20", "num_clients=4",
-                                "batch_size=64", "device=cpu", "rounds=2"])
+                                "batch_size=64", "device=cpu", "rounds=2",
+                                f"{name}.shared_params={scope}"])
     fed = build_federation(config, 0)
     fed.fit_round(1)
     server, contexts = fed.runtime.server, fed.runtime.contexts
     assert server.global_params() is None
     client = fed.runtime.client
+    convs = [k for k in client.setup.initial_params if k.startswith("convs.")]
+    assert client.names == (convs if scope == "convs" else list(client.setup.initial_params))
+    assert server.dim == sum(client.setup.initial_params[k].numel() for k in client.names)
     deployed = [client.current(server.configure_evaluate(1, [c])[c], ctx)
                 for c, ctx in enumerate(contexts)]
-    convs = [flatten(p, client.names) for p in deployed]
-    assert all(torch.allclose(convs[0], other) for other in convs[1:])
-    assert not torch.equal(deployed[0]["readout.weight"], deployed[1]["readout.weight"])
+    for k in deployed[0]:  # shared: one value in the cluster; the rest: each client's own
+        same = all(torch.allclose(deployed[0][k], other[k]) for other in deployed[1:])
+        assert same == (k in client.names), k
     assert "global_test_acc" not in fed.evaluate(1)
+
+
+def test_gpfl_code_overrides_run_gcfl_plus_as_the_gpfl_code():
+    overrides = gpfl_code_overrides("PROTEINS")
+    config = load_config(None, ["dataset=PROTEINS", "algorithm=gcfl+", "model=gin", *overrides])
+    options = config.algorithm_options()
+    assert (options.eps1, options.eps2, options.seq_length) == (0.03, 0.06, 10)
+    assert options.warmup == 20 and options.shared_params == "all" and not options.standardize
+    assert GPFL_CODE_EPS["NCI1"] == (0.1, 0.21) and GPFL_CODE_EPS["Yeast"] == (0.1, 0.2)
 
 
 def test_exactly_opposite_updates_split_without_a_negative_edge_weight():

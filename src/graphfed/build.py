@@ -75,7 +75,9 @@ def build_algorithm(config: ExperimentConfig, seed: int, level: str, num_feature
         model = algorithm.model(level, num_features, num_classes, config.model,
                                 config.algorithm_options())
     model = model.to(device)
-    trainer = Trainer(model, config.optimizer, num_classes, config.eval_train_split)
+    optimizer = (config.optimizer if algorithm.optimizer is None
+                 else algorithm.optimizer(config.optimizer, config.algorithm_options()))
+    trainer = Trainer(model, optimizer, num_classes, config.eval_train_split)
     setup = Setup(level=level, num_clients=num_clients, num_classes=num_classes,
                   initial_params=trainer.initial_params(),
                   options=config.algorithm_options(), local_epochs=config.local_epochs,

@@ -73,7 +73,7 @@ class ExperimentConfig(BaseModel):
     engine: Literal["sequential", "batched"] = Field(
         "sequential", description="in-process runtime: train the sampled clients one after "
         "another, or together in one stacked pass (algorithms registered batched: fedavg, "
-        "fedprox, fedsage, local; a client the engine cannot batch trains alone)")
+        "fedprox, fedsage, local, scaffold; a client the engine cannot batch trains alone)")
     runtime: Literal["simulation", "flower-sim", "flower"] = Field(
         "simulation", description="simulation: in-process; flower-sim: Flower's simulation "
         "engine; flower: a SuperLink and its SuperNodes")

@@ -262,10 +262,11 @@ class Client(ABC):
         """Answer the server's setup message (only called when the server has a setup phase)."""
         return Message()
 
-    def local_train(self, params: Params, ctx: ClientContext, extra_loss=None, batch_loss=None):
+    def local_train(self, params: Params, ctx: ClientContext, extra_loss=None, batch_loss=None,
+                    on_epoch=None):
         """The run's local epochs on the client's training data, from ``params``."""
         return ctx.trainer.train(params, ctx.data, self.setup.local_epochs, self.setup.batch_size,
-                                 extra_loss, batch_loss, memory=ctx.state)
+                                 extra_loss, batch_loss, memory=ctx.state, on_epoch=on_epoch)
 
     @abstractmethod
     def fit(self, message: Message, ctx: ClientContext) -> Message:

@@ -21,6 +21,7 @@ from torch import nn
 
 from graphfed.errors import GraphfedError
 from graphfed.protocol import AlgorithmOptions, Client, Server
+from graphfed.training import OptimizerOptions
 
 Family = Literal["averaging", "personalized", "clustered", "rewards"]
 FAMILIES: dict[str, str] = {
@@ -32,6 +33,8 @@ FAMILIES: dict[str, str] = {
 
 # level, in_dim, classes, ModelOptions, the algorithm's own options -> the network
 ModelFactory = Callable[[str, int, int, Any, AlgorithmOptions], nn.Module]
+# the run's optimizer options, the algorithm's own options -> what its clients train with
+OptimizerRule = Callable[[OptimizerOptions, AlgorithmOptions], OptimizerOptions]
 
 
 class RunView(Protocol):
@@ -69,6 +72,7 @@ class Algorithm:
     levels: tuple[str, ...] = ("node", "graph")
     description: str = ""
     model: ModelFactory | None = None  # a method-defined network instead of config.model
+    optimizer: OptimizerRule | None = None  # a method-defined local optimizer (SCAFFOLD's SGD)
     aliases: tuple[str, ...] = ()
     check: Check | None = None
     batched: bool = False  # its clients' fit is Client.fit_by_step: the batched engine applies

@@ -29,3 +29,12 @@ def weighted_average(params: Sequence[Params], weights: Sequence[float]) -> Para
         shape = (-1,) + (1,) * (stacked.dim() - 1)
         out[name] = (stacked * w.to(stacked.device).view(shape)).sum(0).to(params[0][name].dtype)
     return out
+
+
+def global_step(current: Params, average: Params, lr: float) -> Params:
+    """x + lr * (average - x): the server learning rate eta_g (SCAFFOLD, Karimireddy et al.
+    2020, Alg. 1 line 16, on the mean of the y_i - x); ``average`` itself when lr = 1, with no
+    rounding, so a server at rate 1 holds exactly FedAvg's model."""
+    if lr == 1.0:
+        return average
+    return {k: v + lr * (average[k] - v) for k, v in current.items()}

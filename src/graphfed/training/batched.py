@@ -26,7 +26,7 @@ from graphfed.models.dropout import keyed
 from graphfed.tensors import Params
 from graphfed.training.batches import GraphBatch, NodeBatch, PreparedClient, PreparedNodeClient
 from graphfed.training.stacked_optim import StackedOptimizer
-from graphfed.training.step import LocalStep, proximal_penalty
+from graphfed.training.step import LocalStep, linear_penalty, proximal_penalty
 from graphfed.training.trainer import Trainer, TrainStats
 
 
@@ -137,6 +137,7 @@ def train_together(trainer: Trainer, jobs: list[ClientJob], epochs: int,
     mu = torch.tensor([j.step.proximal_mu for j in jobs], device=device)
     anchor = ({name: torch.stack([(j.step.anchor or j.step.params)[name] for j in jobs])
                for name in live} if any(j.step.proximal_mu > 0 for j in jobs) else None)
+    offset = _stacked_offsets(jobs, live)
     optimizer = StackedOptimizer(trainer.optimizer, live, clients)
     keys = torch.tensor([j.seed & 0x7FFFFFFF for j in jobs], dtype=torch.int32, device=device)
     generators = [torch.Generator().manual_seed(j.seed) for j in jobs]
@@ -178,6 +179,8 @@ def train_together(trainer: Trainer, jobs: list[ClientJob], epochs: int,
             objective = loss
             if anchor is not None:
                 objective = objective + proximal_penalty(mu, live, anchor, clients=True)
+            if offset is not None:
+                objective = objective + linear_penalty(offset, live, clients=True)
             (objective * active).sum().backward()
             optimizer.step(active)
             for p in live.values():
@@ -191,6 +194,16 @@ def train_together(trainer: Trainer, jobs: list[ClientJob], epochs: int,
     return [({n: v[k] for n, v in trained.items()},
              TrainStats(total_l[k] / max(samples_l[k], 1), steps_l[k], samples_l[k]))
             for k in range(clients)]
+
+
+def _stacked_offsets(jobs: list[ClientJob], live: Params) -> Params | None:
+    """The jobs' gradient offsets stacked ``[K, ...]`` (zero for a job without one); None when
+    no job has one."""
+    if all(j.step.gradient_offset is None for j in jobs):
+        return None
+    return {name: torch.stack([
+        torch.zeros_like(stack[0]) if j.step.gradient_offset is None
+        else j.step.gradient_offset[name].detach() for j in jobs]) for name, stack in live.items()}
 
 
 def _node_layout(jobs: list[ClientJob], cache: dict | None) -> _NodeLayout:

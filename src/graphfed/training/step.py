@@ -1,6 +1,7 @@
 """A standard local step: what a client of the averaging or personalised families trains when
-its fit is plain local epochs of cross-entropy, optionally with a proximal term. Declaring the
-step instead of running it lets the batched engine train many clients' steps together."""
+its fit is plain local epochs of cross-entropy, optionally with a proximal term or a fixed
+gradient offset. Declaring the step instead of running it lets the batched engine train many
+clients' steps together."""
 
 from __future__ import annotations
 
@@ -21,6 +22,15 @@ def proximal_penalty(mu: float | Tensor, live: Params, anchor: Params,
     return 0.5 * mu * sum(((live[k] - anchor[k]) ** 2).flatten(start).sum(-1) for k in anchor)
 
 
+def linear_penalty(offset: Params, live: Params, clients: bool = False) -> Tensor:
+    """<offset, w> summed over all parameters: its gradient is ``offset``, so adding it to the
+    loss adds ``offset`` to every gradient (SCAFFOLD's correction c - c_i, Karimireddy et al.
+    2020, Alg. 1 line 10); with ``clients`` the tensors are stacked per client (``[K, ...]``)
+    and the result is one term per client."""
+    start = 1 if clients else 0
+    return sum((live[k] * offset[k]).flatten(start).sum(-1) for k in offset)
+
+
 def proximal_term(mu: float, anchor: Params) -> ExtraLoss:
     """``proximal_penalty`` around a fixed ``anchor``, as a loss closure."""
     frozen = {k: v.detach() for k, v in anchor.items()}
@@ -30,13 +40,20 @@ def proximal_term(mu: float, anchor: Params) -> ExtraLoss:
 @dataclass
 class LocalStep:
     """Local epochs from ``params``; with ``proximal_mu > 0`` the loss adds
-    (mu/2)||w - anchor||^2."""
+    (mu/2)||w - anchor||^2, with a ``gradient_offset`` it adds <offset, w>."""
 
     params: Params
     proximal_mu: float = 0.0
     anchor: Params | None = None
+    gradient_offset: Params | None = None
 
     def extra_loss(self) -> ExtraLoss | None:
+        terms = []
         if self.proximal_mu > 0 and self.anchor is not None:
-            return proximal_term(self.proximal_mu, self.anchor)
-        return None
+            terms.append(proximal_term(self.proximal_mu, self.anchor))
+        if self.gradient_offset is not None:
+            offset = {k: v.detach() for k, v in self.gradient_offset.items()}
+            terms.append(lambda live: linear_penalty(offset, live))
+        if not terms:
+            return None
+        return lambda live: sum(term(live) for term in terms)

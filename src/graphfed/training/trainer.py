@@ -26,6 +26,9 @@ ExtraLoss = Callable[[Params], Tensor]
 BatchLoss = Callable[[Params, GraphBatch, Tensor], Tensor]
 # (live params, the mini-batch) before the step: reads what a step sees (FedEgo's uploads)
 BatchHook = Callable[[Params, object], None]
+# (live params) after each epoch, under no_grad: may move them in place, the optimizer's state
+# left as it is (the GPFL code's SCAFFOLD correction, once per epoch)
+EpochHook = Callable[[Params], None]
 
 
 class OptimizerOptions(BaseModel):
@@ -85,13 +88,14 @@ class Trainer:
 
     def train(self, params: Params, data: PreparedClient, epochs: int, batch_size: int | None,
               extra_loss: ExtraLoss | None = None, batch_loss: BatchLoss | None = None,
-              memory: dict | None = None,
-              on_batch: BatchHook | None = None) -> tuple[Params, TrainStats]:
+              memory: dict | None = None, on_batch: BatchHook | None = None,
+              on_epoch: EpochHook | None = None) -> tuple[Params, TrainStats]:
         """Train from ``params`` (left untouched) for ``epochs`` on the train split.
 
         ``extra_loss`` sees the live parameters (e.g. a proximal term); ``batch_loss`` also sees
         the mini-batch and its graph embeddings (e.g. a prototype regulariser); ``on_batch``
-        sees each batch and the parameters it is trained under, untouched. With a persistent
+        sees each batch and the parameters it is trained under, untouched; ``on_epoch`` may
+        move the parameters after each epoch (``EpochHook``). With a persistent
         optimizer its state is read from and written back to ``memory`` (the client's state)."""
         live = {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
         optimizer = self.make_optimizer(list(live.values()))
@@ -120,6 +124,9 @@ class Trainer:
                 total += float(loss.detach()) * n
                 steps += 1
                 samples += n
+            if on_epoch is not None:
+                with torch.no_grad():
+                    on_epoch(live)
         if keep:
             memory["optimizer"] = optimizer.state_dict()
         trained = {k: v.detach() for k, v in live.items()}

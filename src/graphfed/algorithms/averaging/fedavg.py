@@ -44,10 +44,14 @@ class FedAvgServer(Server):
     def aggregate_fit(self, rnd, replies):
         if not replies:
             return
+        self.params = self.average([m.tensors for m in replies.values()],
+                                   self.weights(replies), self.params)
+
+    def weights(self, replies: dict[int, Message]) -> list[float]:
+        """Each reply's aggregation weight: its training samples (the partition's count, which
+        the runtime puts in place of the client's claim), or 1 with ``weighted=false``."""
         weighted = getattr(self.setup.options, "weighted", True)
-        weights = [float(m.scalars[NUM_SAMPLES]) if weighted else 1.0
-                   for m in replies.values()]
-        self.params = self.average([m.tensors for m in replies.values()], weights, self.params)
+        return [float(m.scalars[NUM_SAMPLES]) if weighted else 1.0 for m in replies.values()]
 
     def average(self, models: list[Params], weights: list[float],
                 current: Params | None) -> Params:

@@ -3,7 +3,10 @@ NeurIPS 2021): clustered FL where only the message-passing layers are shared wit
 
 Each round every client trains its whole model and uploads the change of its convolution layers;
 the server adds the size-weighted mean change of the client's cluster to the client's
-start-of-round convolutions (the other layers stay personal). A cluster is bi-partitioned (the
+start-of-round convolutions (the other layers stay personal). ``shared_params=all`` shares every
+parameter instead, and takes the update norms over all of them: how the GPFL authors' code
+(Jiachen2cc/Graph-Personalized-Federated-Learning) runs GCFL, its shared names being every key of
+the server model (client.py:138; server.py:86-124). A cluster is bi-partitioned (the
 Stoer-Wagner minimum cut) once training has settled for it — mean update norm below ``eps1``
 while some member's update norm stays above ``eps2``, after ``warmup`` rounds, with more than two
 members. GCFL cuts the graph of pairwise cosine similarities (+1) of this round's updates; GCFL+
@@ -29,7 +32,7 @@ from pydantic import Field
 from graphfed.algorithms.personalized.base import PersonalClient
 from graphfed.algorithms.registry import Algorithm, register
 from graphfed.mechanisms.clustering import min_cut
-from graphfed.mechanisms.updates import add_flat, delta, shared_names
+from graphfed.mechanisms.updates import SharedScope, add_flat, delta, shared_names
 from graphfed.protocol import NUM_SAMPLES, AlgorithmOptions, Message, Server, Setup
 
 
@@ -37,6 +40,9 @@ class GCFLOptions(AlgorithmOptions):
     eps1: float = Field(0.05, gt=0.0, description="split when the mean update norm < eps1")
     eps2: float = Field(0.1, gt=0.0, description="... and its largest update norm > eps2")
     warmup: int = Field(20, ge=0, description="no split before this round")
+    shared_params: SharedScope = Field(
+        "convs", description="parameters a cluster averages and whose update norms decide a "
+        "split: the message-passing layers (GCFL's paper and code), or all (the GPFL code)")
 
 
 class GCFLServer(Server):
@@ -44,7 +50,7 @@ class GCFLServer(Server):
 
     def __init__(self, setup: Setup):
         super().__init__(setup)
-        self.names = shared_names(setup.initial_params, "convs")
+        self.names = shared_names(setup.initial_params, setup.options.shared_params)
         self.dim = sum(setup.initial_params[k].numel() for k in self.names)
         self.clusters: list[list[int]] = [list(range(setup.num_clients))]
         self.updates: dict[int, torch.Tensor] = {}  # each client's pending cluster mean
@@ -106,11 +112,11 @@ class GCFLServer(Server):
 
 
 class GCFLClient(PersonalClient):
-    """Keeps its whole model; its convolutions move only by its cluster's mean update."""
+    """Keeps its whole model; its shared parameters move only by its cluster's mean update."""
 
     def __init__(self, setup: Setup):
         super().__init__(setup)
-        self.names = shared_names(setup.initial_params, "convs")
+        self.names = shared_names(setup.initial_params, self.options.shared_params)
 
     def receive(self, params, message, ctx):
         if int(message.scalars.get("for_fit", 0)) != ctx.state.get("fits", 0):
@@ -122,7 +128,7 @@ class GCFLClient(PersonalClient):
         start = self.current(message, ctx)
         trained, stats = self.local_train(start, ctx)
         update = delta(trained, start, self.names)
-        # the convolutions go back to where the round started; the server's mean is added next
+        # the shared parameters go back to where the round started; the cluster mean comes next
         ctx.state["params"] = {k: start[k] if k in self.names else v for k, v in trained.items()}
         ctx.state["fits"] = ctx.state.get("fits", 0) + 1
         return self.reply({"update": update.float()}, ctx, stats, fit=ctx.state["fits"])

@@ -1,6 +1,14 @@
 """GCFL+ (Xie et al., NeurIPS 2021): GCFL whose clusters split by the DTW distances between the
 members' sequences of update norms over the last ``seq_length`` rounds (the conv-update norm,
-the ``dWs`` variant of GCFL's code); see ``gcfl`` for the shared protocol."""
+the ``dWs`` variant of GCFL's code); see ``gcfl`` for the shared protocol.
+
+GPFL's "GCFL" baseline is this method as the GPFL authors' code runs it
+(Jiachen2cc/Graph-Personalized-Federated-Learning): mode GCFL calls ``run_gcflplus_dWs``
+(main.py:355-356; training.py:608-664), with eps1 / eps2 per data group (``gcfl_param``,
+data_utils.py:62-70, set by ``gcfl_args``, main.py:400-406), sequence length 10 (main.py:145-146),
+DTW on unstandardised sequences (main.py:130-131), no split before round 21 (``c_round > 20``,
+training.py:637, a condition of every split, not only the first) and every parameter shared.
+``gpfl_code_overrides`` gives those settings as config overrides."""
 
 from __future__ import annotations
 
@@ -10,6 +18,21 @@ from pydantic import Field
 from graphfed.algorithms.clustered.gcfl import GCFLClient, GCFLOptions, GCFLServer
 from graphfed.algorithms.registry import Algorithm, register
 from graphfed.mechanisms.clustering import dtw_distance, min_cut
+
+# eps1 / eps2 of the GPFL code per dataset (data_utils.py:62-70)
+GPFL_CODE_EPS: dict[str, tuple[float, float]] = {
+    "NCI1": (0.1, 0.21), "PROTEINS": (0.03, 0.06), "Yeast": (0.1, 0.2)}
+GPFL_CODE_SEQ_LENGTH = 10
+GPFL_CODE_WARMUP = 20
+
+
+def gpfl_code_overrides(dataset: str) -> list[str]:
+    """Config overrides that run ``gcfl+`` as the GPFL code runs its GCFL on ``dataset``
+    (``KeyError`` for a dataset GPFL does not use)."""
+    eps1, eps2 = GPFL_CODE_EPS[dataset]
+    return [f"gcfl+.eps1={eps1}", f"gcfl+.eps2={eps2}",
+            f"gcfl+.seq_length={GPFL_CODE_SEQ_LENGTH}", f"gcfl+.warmup={GPFL_CODE_WARMUP}",
+            "gcfl+.standardize=false", "gcfl+.shared_params=all"]
 
 
 class GCFLPlusOptions(GCFLOptions):
