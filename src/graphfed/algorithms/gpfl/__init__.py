@@ -22,7 +22,7 @@ from graphfed.algorithms.registry import Algorithm, register
 GPFL = register(Algorithm(
     "gpfl", GPFLServer, GPFLClient, GPFLOptions,
     family="personalized",
-    paper="GPFL: graph personalized FL via client network learning (Jiachen2cc et al.)",
+    paper="GPFL, graph personalized FL via client network learning (code: Jiachen2cc)",
     levels=("graph",),
     check=refuse_partial_participation,
     description="updates aggregated along a learned client network (property-guided initial "
