@@ -23,8 +23,6 @@ class GPFLClient(PersonalClient):
     """Its model lives on the server between rounds: every message carries it."""
 
     def receive(self, params: Params, message: Message, ctx: ClientContext) -> Params:
-        if not message.tensors:
-            return params
         return {k: message.tensors[k].to(v.dtype) for k, v in params.items()}
 
     def answer_setup(self, message, ctx):

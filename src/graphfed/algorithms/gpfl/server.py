@@ -104,6 +104,7 @@ class GPFLServer(Server):
 
     # ------------------------------------------------------------ the round
     def aggregate_fit(self, rnd, replies):
+        """Steps 1-4 of the module docstring over the clients that answered."""
         self.last = {}
         clients = sorted(replies)
         updates = [under_prefix(replies[c].tensors, UPDATE) for c in clients]
