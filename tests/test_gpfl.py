@@ -13,7 +13,7 @@ from graphfed.algorithms.gpfl.network import (
     property_similarity,
     select_properties,
 )
-from graphfed.algorithms.gpfl.options import EMBEDDING, UPDATE, GPFLOptions
+from graphfed.algorithms.gpfl.options import EMBEDDING, PROPERTY_VECTOR, UPDATE, GPFLOptions
 from graphfed.algorithms.gpfl.random_graphs import random_graph_batch
 from graphfed.algorithms.gpfl.server import GPFLServer
 from graphfed.config import load_config
@@ -183,25 +183,25 @@ def _tiny_server(**options) -> GPFLServer:
                   options=GPFLOptions(random_graphs=3, gae_epochs=5, **options))
     server = GPFLServer(setup)
     g = torch.Generator().manual_seed(4)
-    server.aggregate_setup({c: Message({"properties": torch.rand(6, generator=g)})
+    server.aggregate_setup({c: Message({PROPERTY_VECTOR: torch.rand(6, generator=g)})
                             for c in range(4)})
     return server
 
 
-def _replies(clients, seed: int) -> dict[int, Message]:
+def _replies(server: GPFLServer, clients, seed: int) -> dict[int, Message]:
+    """Random updates shaped like the server's models and log-softmax embeddings."""
     g = torch.Generator().manual_seed(seed)
-    out = {}
-    for c in clients:
-        logp = torch.log_softmax(torch.randn(3, 2, generator=g), 1).reshape(-1)
-        out[c] = Message({UPDATE + "w": torch.randn(200, generator=g),
-                          UPDATE + "b": torch.randn(2, generator=g), EMBEDDING: logp},
-                         {"num_samples": 10})
-    return out
+    r, c = server.options.random_graphs, server.setup.num_classes
+    return {client: Message(
+        {**{UPDATE + k: torch.randn(v.shape, generator=g)
+            for k, v in server.setup.initial_params.items()},
+         EMBEDDING: torch.log_softmax(torch.randn(r, c, generator=g), 1).reshape(-1)},
+        {"num_samples": 10}) for client in clients}
 
 
 def test_server_aggregates_along_its_network_and_remembers_it():
     server = _tiny_server(network_weight=1.0)
-    replies = _replies(range(4), seed=5)
+    replies = _replies(server, range(4), seed=5)
     server.aggregate_fit(1, replies)
     metrics = server.round_metrics()
     network = torch.tensor(metrics["network"], dtype=torch.float64)
@@ -217,10 +217,10 @@ def test_server_aggregates_along_its_network_and_remembers_it():
 
 def test_a_dropped_client_keeps_its_model_and_the_rest_learn_among_themselves():
     server = _tiny_server()
-    server.aggregate_fit(1, _replies(range(4), seed=6))
+    server.aggregate_fit(1, _replies(server, range(4), seed=6))
     before = [dict(m) for m in server.models]
     remembered = server.network.clone()
-    server.aggregate_fit(2, _replies([0, 1, 3], seed=7))
+    server.aggregate_fit(2, _replies(server, [0, 1, 3], seed=7))
     assert all(torch.equal(server.models[2][k], before[2][k]) for k in before[2])
     assert not torch.equal(server.models[0]["w"], before[0]["w"])
     assert len(server.round_metrics()["network"]) == 3
@@ -233,19 +233,11 @@ def test_random_initial_network_needs_no_setup_exchange():
                   options=GPFLOptions(initial_graph="random", learn=False, update=False))
     server = GPFLServer(setup)
     assert server.configure_setup([0, 1, 2]) == {}
-    server.aggregate_fit(1, _replies_for(server, 1))
+    server.aggregate_fit(1, _replies(server, range(3), seed=1))
     first = server.network.clone()
-    server.aggregate_fit(2, _replies_for(server, 2))
+    server.aggregate_fit(2, _replies(server, range(3), seed=2))
     assert torch.allclose(server.network, first)  # update=false: A_0 every round
     assert "gae_loss" not in server.round_metrics()
-
-
-def _replies_for(server: GPFLServer, seed: int) -> dict[int, Message]:
-    g = torch.Generator().manual_seed(seed)
-    r = server.options.random_graphs
-    return {c: Message({UPDATE + "w": torch.randn(4, generator=g),
-                        EMBEDDING: torch.log_softmax(torch.randn(r, 2, generator=g), 1)
-                        .reshape(-1)}, {"num_samples": 1}) for c in range(3)}
 
 
 # ------------------------------------------------------------------ real runs on PROTEINS
