@@ -48,6 +48,7 @@ class RunView(Protocol):
     sampling: Any
     num_clients: int
     rounds: int
+    client_fraction: float
 
     def algorithm_options(self) -> AlgorithmOptions: ...
 

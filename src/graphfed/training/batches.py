@@ -166,6 +166,12 @@ class _CollatedGraphs:
                           torch.nonzero(keep_graph).view(-1))
 
 
+def collate_graphs(graphs: list[Data], model: nn.Module, device: torch.device) -> GraphBatch:
+    """``graphs`` as one prepared batch on ``device`` (a fixed probe set, e.g. GPFL's random
+    graphs)."""
+    return _CollatedGraphs(graphs, model, device).all()
+
+
 class PreparedGraphClient:
     def __init__(self, client: GraphClient, model: nn.Module, device: torch.device):
         self.splits = {s: _CollatedGraphs(client.graphs[s], model, device) for s in SPLITS}
