@@ -18,7 +18,12 @@ from graphfed.config import ConfigError, load_config
 from graphfed.experiment import build_federation, run_experiment
 from graphfed.mechanisms.aggregation import weighted_average
 from graphfed.mechanisms.attacks import CLAIMED_SIZE, AttackOptions, choose_attackers, perturb
-from graphfed.mechanisms.robust import AggregationOptions, check_rule, robust_average
+from graphfed.mechanisms.robust import (
+    AggregationOptions,
+    bucket_means,
+    check_rule,
+    robust_average,
+)
 from graphfed.protocol import NUM_SAMPLES
 from graphfed.runtime.attack import AttackingClient
 from graphfed.seeding import seeded_call
@@ -108,6 +113,28 @@ def test_impossible_krum_settings_are_refused_before_the_run():
     check_rule(_rule("krum", byzantine=2), 7)
 
 
+def test_buckets_average_random_groups_and_keep_the_total_weight():
+    torch.manual_seed(0)
+    stacked = torch.arange(10.0, dtype=torch.float64).reshape(5, 2)
+    weights = torch.tensor([1.0, 1.0, 2.0, 2.0, 4.0], dtype=torch.float64) / 10
+    means, totals = bucket_means(stacked, weights, 2)
+    assert means.shape == (3, 2) and torch.allclose(totals.sum(), torch.tensor(1.0).double())
+    assert torch.allclose(totals @ means, weights @ stacked)  # the weighted mean is kept
+    assert sorted(len(b) for b in torch.randperm(5).split(2)) == [1, 2, 2]
+
+
+def test_bucketing_lets_the_median_keep_two_honest_groups_apart_from_an_attacker():
+    """Two honest groups (non-IID clients) and one far attacker: the plain median lands on
+    one group's value; with buckets of two it moves toward the honest mean and the attacker
+    spoils at most one bucket."""
+    rows = [[0.0, 0, 0], [0, 0, 0], [2, 0, 0], [2, 0, 0], [2, 0, 0], [0, 0, 0], [-100, 0, 0]]
+    torch.manual_seed(3)
+    bucketed = robust_average(_models(*rows), [1] * 7, _rule("median", bucket=2))
+    plain = robust_average(_models(*rows), [1] * 7, _rule("median"))
+    assert float(plain["w"][0]) == 0.0
+    assert 0.0 < float(bucketed["w"][0]) <= 2.0
+
+
 # ------------------------------------------------------------------ config
 
 runner = CliRunner()
@@ -115,10 +142,12 @@ BAD = [
     (["aggregation.rule=average"], "aggregation.rule: Input should be 'mean', 'median'"),
     (["aggregation.rule=median", "algorithm=local"],
      "aggregation.rule=median applies to the averaging family (fedavg, fedgcn, fedprox, "
-     "fedsage, fedsage+, graphfl); algorithm 'local' is personalized"),
+     "fedsage, fedsage+, graphfl, scaffold); algorithm 'local' is personalized"),
     (["aggregation.trim=0.5"], "aggregation.trim: Input should be less than 0.5"),
-    (["aggregation.colour=1"], "aggregation.colour: unknown key; valid keys: byzantine, clip"),
-    (["aggregation.rule=krum", "client_fraction=0.2"], "a round samples 2 clients"),
+    (["aggregation.colour=1"], "aggregation.colour: unknown key; valid keys: bucket, byzantine, clip"),
+    (["aggregation.rule=krum", "client_fraction=0.2"], "a round gives 2 (clients 2, bucket 1)"),
+    (["aggregation.rule=krum", "aggregation.bucket=5"], "a round gives 2 (clients 10, bucket 5)"),
+    (["aggregation.bucket=2"], "aggregation.bucket applies to the robust rules"),
     (["attack.kind=bogus"], "attack.kind: Input should be 'sign_flip', 'scale', 'random'"),
     (["attack.fraction=1.5"], "attack.fraction: Input should be less than or equal to 1"),
     (["attack.fraction=0.01"], "attack.fraction=0.01 of 10 clients rounds to no attacker"),

@@ -14,6 +14,13 @@ they can do, at some cost in statistical efficiency when every client is honest:
   norm <= ``clip``, then the sample-weighted mean (Sun et al., "Can you really backdoor federated
   learning?", 2019).
 
+Any rule but the mean may first average the replies in random buckets of ``bucket`` (Karimireddy,
+He and Jaggi, "Byzantine-robust learning on heterogeneous datasets via bucketing", ICLR 2022,
+Alg. 1): on non-IID clients honest replies lie far apart and a robust rule throws honest
+information away with the attack; bucket means are closer together, while f attackers still
+spoil at most f buckets. The bucketing draws from torch's generator, which the runtime seeds per
+round (``seeding.seeded_call``), so it is the same on every runtime.
+
 The median, trimmed mean and Krum are computed on the parameters themselves: subtracting the
 same global model from every reply commutes with them (the median of x_i - g is the median of
 x_i, minus g; distances between x_i - g and x_j - g are those between x_i and x_j). Norm clipping
@@ -58,6 +65,9 @@ class AggregationOptions(BaseModel):
                                      "best-scored replies to average (None: n - f)")
     clip: float | None = Field(None, gt=0.0, description="norm_clip: the bound on each "
                                "update's L2 norm (None: the median update norm of the round)")
+    bucket: int = Field(1, ge=1, description="every rule but mean: average the replies in "
+                        "random buckets of this many before the rule (ICLR 2022 bucketing; "
+                        "1: none)")
 
 
 def krum_tolerance(n: int, options: AggregationOptions) -> int | None:
@@ -69,13 +79,18 @@ def krum_tolerance(n: int, options: AggregationOptions) -> int | None:
 
 def check_rule(options: AggregationOptions, clients_per_round: int) -> None:
     """Raise ``ValueError`` for a rule that cannot work with ``clients_per_round`` replies."""
+    if options.bucket > 1 and options.rule == "mean":
+        raise ValueError("aggregation.bucket applies to the robust rules; the mean of bucket "
+                         "means is the mean: leave it at 1 with rule=mean")
     if options.rule not in KRUM_RULES:
         return
-    if krum_tolerance(clients_per_round, options) is None:
+    buckets = math.ceil(clients_per_round / options.bucket)
+    if krum_tolerance(buckets, options) is None:
         f = "f" if options.byzantine is None else str(options.byzantine)
         raise ValueError(f"aggregation.rule={options.rule} needs n > 2f + 2 replies per round "
-                         f"(at least 3), but a round samples {clients_per_round} clients "
-                         f"with f = {f}; sample more clients or lower aggregation.byzantine")
+                         f"(at least 3), but a round gives {buckets} (clients "
+                         f"{clients_per_round}, bucket {options.bucket}) with f = {f}; sample "
+                         "more clients or lower aggregation.byzantine or aggregation.bucket")
     m = options.multi_krum_m
     if options.rule == "multi_krum" and m is not None and m > clients_per_round:
         raise ValueError(f"aggregation.multi_krum_m={m} exceeds the {clients_per_round} "
@@ -96,7 +111,10 @@ def robust_average(params: Sequence[Params], weights: Sequence[float],
         return weighted_average(params, weights)
     names = list(params[0])
     stacked = torch.stack([flatten(_as_float64(p), names) for p in params])
-    rule, n = options.rule, len(params)
+    w = normalised_weights(weights)
+    if options.bucket > 1:
+        stacked, w = bucket_means(stacked, w, options.bucket)
+    rule, n = options.rule, len(stacked)
     f = krum_tolerance(n, options) if rule in KRUM_RULES else None
     if rule in KRUM_RULES and f is None:
         log.warning("%s needs n > 2f + 2 replies, got %d: using the coordinate-wise median",
@@ -109,11 +127,24 @@ def robust_average(params: Sequence[Params], weights: Sequence[float],
     elif rule == "norm_clip":
         base = (flatten(_as_float64(reference), names) if reference is not None
                 else torch.zeros_like(stacked[0]))
-        vector = base + clipped_mean(stacked - base, normalised_weights(weights), options.clip)
+        vector = base + clipped_mean(stacked - base, w, options.clip)
     else:
         m = 1 if rule == "krum" else min(options.multi_krum_m or n - f, n)
         vector = stacked[krum_select(stacked, f, m)].mean(0)
     return {k: v.to(params[0][k].dtype) for k, v in unflatten(vector, params[0], names).items()}
+
+
+def bucket_means(stacked: Tensor, weights: Tensor, size: int) -> tuple[Tensor, Tensor]:
+    """The rows of ``stacked`` in a random order, cut into buckets of ``size`` (the last may be
+    smaller), each replaced by its weighted mean; a bucket weighs the sum of its weights."""
+    order = torch.randperm(len(stacked))
+    means, totals = [], []
+    for part in order.split(size):
+        share = weights[part]
+        total = share.sum()
+        means.append((share / total.clamp_min(1e-300)) @ stacked[part])
+        totals.append(total)
+    return torch.stack(means), torch.stack(totals)
 
 
 def _as_float64(params: Params) -> Params:
