@@ -144,7 +144,8 @@ BAD = [
      "aggregation.rule=median applies to the averaging family (fedavg, fedgcn, fedprox, "
      "fedsage, fedsage+, graphfl, scaffold); algorithm 'local' is personalized"),
     (["aggregation.trim=0.5"], "aggregation.trim: Input should be less than 0.5"),
-    (["aggregation.colour=1"], "aggregation.colour: unknown key; valid keys: bucket, byzantine, clip"),
+    (["aggregation.colour=1"],
+     "aggregation.colour: unknown key; valid keys: bucket, byzantine, clip"),
     (["aggregation.rule=krum", "client_fraction=0.2"], "a round gives 2 (clients 2, bucket 1)"),
     (["aggregation.rule=krum", "aggregation.bucket=5"], "a round gives 2 (clients 10, bucket 5)"),
     (["aggregation.bucket=2"], "aggregation.bucket applies to the robust rules"),
@@ -276,9 +277,11 @@ def test_the_batched_engine_sends_what_the_sequential_one_sends_under_attack():
 # ------------------------------------------------------------------ end to end on Cora
 
 @require("Cora")
-def test_the_median_holds_up_where_the_mean_falls_under_sign_flipping(tmp_path):
+def test_robust_rules_hold_up_where_the_mean_falls_under_sign_flipping(tmp_path):
     """The quickstart on an IID (uniform) split, five rounds: with 2 of 10 clients sending
-    -4x their update, the mean falls far below the clean run, the median stays within 0.03.
+    -4x their update, the mean falls far below the clean run; the median, the trimmed mean and
+    multi-Krum stay within 0.03 of it, Krum within 0.03 of its own clean run (it keeps one
+    client's model, a tenth of the data, whether attacked or not).
     (On the quickstart's Louvain split the robust rules lose more: the attackers' own data and
     test sets are unlike the others', see docs/robustness.md.)"""
     common = ["partition=uniform", "rounds=5", "eval_every=5", "checkpoint_every=0",
@@ -294,6 +297,11 @@ def test_the_median_holds_up_where_the_mean_falls_under_sign_flipping(tmp_path):
     clean = accuracy("clean")
     attacked = ["attack.fraction=0.2", "attack.kind=sign_flip"]
     mean = accuracy("mean", *attacked)
-    median = accuracy("median", *attacked, "aggregation.rule=median")
-    assert mean < clean - 0.2, (clean, mean)
-    assert median > clean - 0.03, (clean, median)
+    assert mean < clean - 0.2, (clean, mean)  # measured: 0.713 clean, 0.235 attacked
+    for rule in ("median", "trimmed_mean", "multi_krum"):  # 0.698, 0.689, 0.716
+        robust = accuracy(rule, *attacked, f"aggregation.rule={rule}")
+        assert robust > clean - 0.03, (rule, clean, robust)
+    # Krum keeps one client's model, a tenth of the data: 0.595 with or without the attack
+    krum_clean = accuracy("krum-clean", "aggregation.rule=krum")
+    krum = accuracy("krum", *attacked, "aggregation.rule=krum")
+    assert abs(krum - krum_clean) < 0.03 and krum > mean + 0.2, (krum_clean, krum)
