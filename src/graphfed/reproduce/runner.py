@@ -341,7 +341,7 @@ def write_tables(rows: list[dict], out: Path, title: str, notes: str, rule: str)
              "|---|---|---|---|---|---|"]
     for row in rows:
         metric = row["metric"] if row["select"] in (rule, WHOLE_RUN) else (
-            f"{row['metric']} ({tag(row['select'])})")
+            f"{row['metric']}, {tag(row['select'])}")
         lines.append(f"| {row['method']} | {row['dataset']} | {metric} | "
                      f"{format_ours(row)} | {row['paper'] or ''} | {gap(row)} |")
     if notes:
