@@ -56,7 +56,8 @@ def test_an_unset_init_seed_keeps_each_seeds_own_run():
 
 def test_a_label_names_its_dataset_and_the_settings_it_runs_under():
     from graphfed.reproduce import get_preset
-    from graphfed.reproduce.runner import Variant, cell_config
+    from graphfed.reproduce.preset import Variant
+    from graphfed.reproduce.runner import cell_config
     from graphfed.reproduce.settings import parse_label
 
     preset = get_preset("gpfl-table2")
@@ -85,6 +86,8 @@ def test_datasets_and_settings_filter_the_labels():
         return select(preset, ["fedavg"], datasets, settings)[1]
 
     assert len(labels()) == 27 and len(labels(["nci1"])) == 9 and len(labels(["Yeast"])) == 9
+    assert labels(["PROTEINS", "NCI1"], ["k=25", "alpha=5"]) == [  # in the order asked
+        "PROTEINS/k=25/alpha=5", "NCI1/k=25/alpha=5"]
     assert labels(["NCI1"], ["k=25"]) == [f"NCI1/k=25/alpha={a}" for a in ("0.5", "1", "5")]
     assert labels(["PROTEINS"], ["k=25", "alpha=1.0"]) == ["PROTEINS/k=25/alpha=1"]
     assert len(labels(None, ["k=25", "k=15", "alpha=5"])) == 6  # a repeated key: either value
@@ -130,7 +133,8 @@ def _line(rnd: int, acc: float) -> dict:
 
 def test_acc_is_the_final_round_and_acc_best_last_10_its_best_of_the_last_ten(tmp_path):
     from graphfed.reproduce import get_preset
-    from graphfed.reproduce.runner import Cell, Variant, cell_rows
+    from graphfed.reproduce.preset import Variant
+    from graphfed.reproduce.runner import Cell, cell_rows
 
     accs = [0.9] + [0.5 + r / 100 for r in range(1, 11)] + [0.52]  # 12 rounds, 0.9 too early
     seed_dir = tmp_path / "seed-0"

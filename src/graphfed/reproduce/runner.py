@@ -82,7 +82,8 @@ def select(preset: Preset, methods: list[str] | None, datasets: list[str] | None
             covered = dict.fromkeys(s.dataset for s in labels)
             raise GraphfedError(f"preset {preset.name} covers {', '.join(covered)}, "
                                 f"not {unknown}")
-        labels = [s for s in labels if any(same_dataset(d, s.dataset) for d in datasets)]
+        labels = list(dict.fromkeys(s for d in datasets for s in labels
+                                    if same_dataset(d, s.dataset)))  # in the order asked
     if settings:
         labels = keep_matching(labels, settings, preset.setting_keys)
     return chosen, [s.label for s in labels]
