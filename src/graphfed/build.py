@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from functools import lru_cache
 
 import numpy as np
@@ -28,6 +29,7 @@ from graphfed.mechanisms.attacks import choose_attackers
 from graphfed.models.gnn import build_model
 from graphfed.protocol import Client, ClientContext, ClientSize, Setup
 from graphfed.runtime.attack import AttackingClient
+from graphfed.seeding import preserved_rngs
 from graphfed.training import PreparedClient, Trainer, prepare_client
 
 
@@ -69,11 +71,16 @@ def build_algorithm(config: ExperimentConfig, seed: int, level: str, num_feature
     in whatever process they are built, start from the same initial model."""
     seed_everything(seed)
     algorithm = get_algorithm(config.algorithm)
-    if algorithm.model is None:
-        model = build_model(level, num_features, num_classes, config.model)
-    else:
-        model = algorithm.model(level, num_features, num_classes, config.model,
-                                config.algorithm_options())
+
+    def make() -> torch.nn.Module:
+        if algorithm.model is None:
+            return build_model(level, num_features, num_classes, config.model)
+        return algorithm.model(level, num_features, num_classes, config.model,
+                               config.algorithm_options())
+
+    model = make()
+    if config.init_seed is not None and config.init_seed != seed:
+        model.load_state_dict(_initial_state(make, config.init_seed))
     model = model.to(device)
     optimizer = (config.optimizer if algorithm.optimizer is None
                  else algorithm.optimizer(config.optimizer, config.algorithm_options()))
@@ -83,6 +90,14 @@ def build_algorithm(config: ExperimentConfig, seed: int, level: str, num_feature
                   options=config.algorithm_options(), local_epochs=config.local_epochs,
                   batch_size=config.batch_size, aggregation=config.aggregation)
     return algorithm, trainer, setup
+
+
+def _initial_state(make: Callable[[], torch.nn.Module], init_seed: int) -> dict:
+    """The weights ``make`` draws under ``init_seed``, drawn aside: the run's generators are
+    left as the run seed set them, so only the initial model differs from the seed's own run."""
+    with preserved_rngs():
+        seed_everything(init_seed)
+        return make().state_dict()
 
 
 def attackers(config: ExperimentConfig, seed: int, num_clients: int) -> list[int]:

@@ -61,6 +61,10 @@ class ExperimentConfig(BaseModel):
     optimizer: OptimizerOptions = Field(default_factory=OptimizerOptions)
     seed: Seed = Field(0, description="seed of the run (partition, model, sampling)")
     seeds: list[Seed] | None = Field(None, description="run every seed; summary gives mean/std")
+    init_seed: Seed | None = Field(
+        None, description="seed of the initial model (default: the run seed); fixed, every "
+        "seed starts from the same weights and differs only in training randomness, as "
+        "repeats that share a split (partition.seed) and an initialisation do")
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="where clients compute (the server stays on the CPU)")
     eval_every: int = Field(1, ge=1, description="evaluate every k rounds (and the last)")

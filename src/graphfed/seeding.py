@@ -21,6 +21,23 @@ def call_seed(seed: int, rnd: int, party: int, phase: str) -> int:
 
 
 @contextmanager
+def preserved_rngs() -> Iterator[None]:
+    """Run a block that may reseed Python's, NumPy's, torch's CPU and (when in use) CUDA's
+    generators, then give the caller its own RNG states back."""
+    py_state, np_state, cpu_state = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+    cuda_states = torch.cuda.get_rng_state_all() if cuda else None
+    try:
+        yield
+    finally:
+        random.setstate(py_state)
+        np.random.set_state(np_state)
+        torch.set_rng_state(cpu_state)
+        if cuda_states is not None:
+            torch.cuda.set_rng_state_all(cuda_states)
+
+
+@contextmanager
 def seeded_call(seed: int, rnd: int, party: int, phase: str) -> Iterator[None]:
     """Run one party's part of a round under RNGs seeded from (run seed, round, party, phase).
 
@@ -33,19 +50,10 @@ def seeded_call(seed: int, rnd: int, party: int, phase: str) -> Iterator[None]:
     lazily, at a cost per call that a round pays for every party); CUDA's generators are seeded
     as ``torch.manual_seed`` seeds them, and restored when CUDA was in use."""
     value = call_seed(seed, rnd, party, phase)
-    py_state, np_state, cpu_state = random.getstate(), np.random.get_state(), torch.get_rng_state()
-    cuda = torch.cuda.is_available()
-    cuda_states = torch.cuda.get_rng_state_all() if cuda and torch.cuda.is_initialized() else None
-    random.seed(value)
-    np.random.seed(value % 2**32)
-    torch.default_generator.manual_seed(value)
-    if cuda:
-        torch.cuda.manual_seed_all(value)
-    try:
+    with preserved_rngs():
+        random.seed(value)
+        np.random.seed(value % 2**32)
+        torch.default_generator.manual_seed(value)
+        if torch.cuda.is_available():
+            torch.cuda.manual_seed_all(value)
         yield
-    finally:
-        random.setstate(py_state)
-        np.random.set_state(np_state)
-        torch.set_rng_state(cpu_state)
-        if cuda_states is not None:
-            torch.cuda.set_rng_state_all(cuda_states)

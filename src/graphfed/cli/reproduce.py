@@ -18,7 +18,14 @@ def reproduce(
                     ] = None,
     methods: Annotated[str | None, typer.Option(help="comma-separated method ids")] = None,
     datasets: Annotated[str | None, typer.Option(help="comma-separated datasets")] = None,
-    seeds: Annotated[int | None, typer.Option(min=1, help="number of seeds (0..N-1)")] = None,
+    seeds: Annotated[int | None, typer.Option(
+        "--seeds", "--repeats", min=1, help="number of seeds (0..N-1); for a preset with "
+        "folds, the repeats of each fold")] = None,
+    settings: Annotated[list[str] | None, typer.Option(
+        "--settings", help="KEY=VALUE: keep the settings whose label has it (e.g. k=25, "
+        "alpha=0.5); repeatable, a key given twice keeps either value")] = None,
+    folds: Annotated[int | None, typer.Option(min=1, help="run folds 0..N-1 only (presets "
+                                              "with folds)")] = None,
     quick: Annotated[bool, typer.Option(help="fewer rounds and seeds")] = False,
     out: Annotated[Path | None, typer.Option(help="output directory (default "
                                              "runs/reproduce-NAME)")] = None,
@@ -46,13 +53,16 @@ def reproduce(
             console.print(f"  methods: {', '.join(v.method for v in preset.variants)}",
                           highlight=False, markup=False)
             console.print(f"  datasets: {', '.join(preset.datasets)}", highlight=False)
+            if preset.folds:
+                console.print(f"  folds: {preset.folds}, repeats: {preset.seeds}",
+                              highlight=False)
         return
     def split(text):
         return ([t.strip() for t in text.split(",") if t.strip()] if text else None)
     out_dir, rows, skipped = run_preset(name, split(methods), split(datasets), seeds, quick,
                                         out, progress=not quiet, fairness_on=fairness_on,
                                         overrides=tuple(set_ or ()), selector=select,
-                                        jobs=jobs)
+                                        jobs=jobs, settings=settings, folds=folds)
     table = Table(title=f"{name}: ours (mean ± std) beside the paper")
     for col in ("method", "dataset", "metric", "ours", "paper", "select"):
         table.add_column(col)

@@ -1,9 +1,11 @@
-"""Run a preset's cells (method x dataset, all seeds), then write ours beside the paper's numbers.
+"""Run a preset's cells (method x setting x fold, all seeds), then write ours beside the paper's
+numbers.
 
-Each cell is an ordinary run directory under ``OUT/runs/<method>-<dataset>``; a finished cell with
-the same config is reused and an interrupted one resumed, so a long reproduction can be stopped and
-started again with the same command. A seed's number is read from the evaluated round a selector
-picks (``reproduce.selection``), so finished runs are reported under another rule without training.
+Each cell is an ordinary run directory under ``OUT/runs/<method>-<setting>[-fold<f>]``; a finished
+cell with the same config is reused and an interrupted one resumed, so a long reproduction can be
+stopped and started again with the same command. A seed's number is read from the evaluated round
+a selector picks (``reproduce.selection``), so finished runs are reported under another rule
+without training. A table row pools every fold and seed of its (method, setting).
 """
 
 from __future__ import annotations
@@ -21,14 +23,20 @@ import torch
 
 from graphfed.build import federated_data
 from graphfed.config import ConfigError, ExperimentConfig, load_config
-from graphfed.data.datasets import canonical_name, is_present
 from graphfed.errors import GraphfedError
 from graphfed.launch import resume, run
 from graphfed.mechanisms.payoff import PAYOFF_BASELINES
 from graphfed.metrics import mean_std, pearson
 from graphfed.reproduce.catalog import get_preset
 from graphfed.reproduce.preset import Preset, Variant
-from graphfed.reproduce.selection import SELECTORS, check_selector, evaluated, selected_round
+from graphfed.reproduce.selection import (
+    SELECTORS,
+    check_selector,
+    evaluated,
+    selected_round,
+    tag,
+)
+from graphfed.reproduce.settings import Setting, keep_matching, missing, parse_label, same_dataset
 from graphfed.serialization import read_json, read_metrics
 
 COLUMNS = ("method", "dataset", "metric", "ours_mean", "ours_std", "paper", "select")
@@ -38,15 +46,23 @@ WHOLE_RUN = "run"  # the select value of a number over the whole run (payoffs, b
 @dataclass
 class Cell:
     variant: Variant
-    dataset: str
+    dataset: str  # the table's label of the setting
     config: ExperimentConfig | None
+    fold: int | None = None
     run_dir: Path | None = None
     summary: dict | None = None
 
+    @property
+    def seeds(self) -> list[int]:
+        """The seeds this cell ran (none for a row computed without training)."""
+        return self.summary["seeds"] if self.summary else []
 
-def select(preset: Preset, methods: list[str] | None, datasets: list[str] | None
-           ) -> tuple[list[Variant], list[str]]:
-    """The variants and datasets to run; the fairness reference joins whenever it is needed."""
+
+def select(preset: Preset, methods: list[str] | None, datasets: list[str] | None,
+           settings: list[str] | None = None) -> tuple[list[Variant], list[str]]:
+    """The variants and setting labels to run (``datasets`` keeps every setting of those
+    datasets, ``settings`` the labels its ``key=value`` filters match); the fairness reference
+    joins whenever it is needed."""
     known = {v.method: v for v in preset.variants}
     if methods:
         unknown = [m for m in methods if m not in known]
@@ -59,27 +75,55 @@ def select(preset: Preset, methods: list[str] | None, datasets: list[str] | None
     if "gradient_fairness" in preset.metrics and preset.reference in known \
             and known[preset.reference] not in chosen:
         chosen.insert(0, known[preset.reference])
-    wanted = [canonical_name(d) for d in datasets] if datasets else preset.datasets
-    unknown = [d for d in wanted if d not in preset.datasets]
-    if unknown:
-        raise GraphfedError(f"preset {preset.name} covers {', '.join(preset.datasets)}, "
-                            f"not {unknown}")
-    return chosen, wanted
+    labels = [parse_label(label, preset.setting_keys) for label in preset.datasets]
+    if datasets:
+        unknown = [d for d in datasets if not any(same_dataset(d, s.dataset) for s in labels)]
+        if unknown:
+            covered = dict.fromkeys(s.dataset for s in labels)
+            raise GraphfedError(f"preset {preset.name} covers {', '.join(covered)}, "
+                                f"not {unknown}")
+        labels = list(dict.fromkeys(s for d in datasets for s in labels
+                                    if same_dataset(d, s.dataset)))  # in the order asked
+    if settings:
+        labels = keep_matching(labels, settings, preset.setting_keys)
+    return chosen, [s.label for s in labels]
+
+
+def fold_axis(preset: Preset, folds: int | None) -> list[int | None]:
+    """The folds each (method, setting) runs: ``0 .. folds-1`` (all the preset's by default),
+    or one run with no fold for a preset without the axis."""
+    if not preset.folds:
+        if folds is not None:
+            raise GraphfedError(f"--folds: preset {preset.name} has no fold axis")
+        return [None]
+    count = preset.folds if folds is None else folds
+    if not 1 <= count <= preset.folds:
+        raise GraphfedError(f"--folds {count}: preset {preset.name} has folds 1 .. "
+                            f"{preset.folds}")
+    return list(range(count))
 
 
 def cell_config(preset: Preset, variant: Variant, dataset: str, seeds: list[int],
-                quick: bool, fairness_on: str = "local", overrides: tuple[str, ...] = ()
-                ) -> ExperimentConfig:
-    """The cell's config: the paper's protocol, the dataset's and the row's settings, then
-    ``--quick`` and the caller's own ``overrides`` (e.g. fewer rounds), which win."""
+                quick: bool, fairness_on: str = "local", overrides: tuple[str, ...] = (),
+                fold: int | None = None) -> ExperimentConfig:
+    """The cell's config: the paper's protocol, the dataset's, the setting label's and the row's
+    settings, the fold, then ``--quick`` and the caller's own ``overrides`` (e.g. fewer rounds),
+    which win."""
+    setting = parse_label(dataset, preset.setting_keys)
     extra = ["client_global_eval=true"] if fairness_on == "global" else []
-    settings = [*preset.base, *extra, f"dataset={dataset}",
-                 *preset.dataset_overrides.get(dataset, []),
+    folded = [] if fold is None else [f"partition.fold={fold}"]
+    settings = [*preset.base, *extra, f"dataset={setting.dataset}",
+                 *preset.dataset_overrides.get(setting.dataset, []),
+                 *setting.overrides(preset.setting_keys),
                  f"algorithm={variant.algorithm or 'local'}", *variant.overrides,
-                 *preset.cell_overrides.get((variant.method, dataset), []),
+                 *preset.cell_overrides.get((variant.method, setting.dataset), []), *folded,
                  *(preset.quick if quick else []), *overrides, f"seeds={seeds}",
-                 f"name={variant.method}-{dataset}"]
+                 f"name={run_name(variant, setting, fold)}"]
     return load_config(None, settings)
+
+
+def run_name(variant: Variant, setting: Setting, fold: int | None) -> str:
+    return f"{variant.method}-{setting.folder}" + ("" if fold is None else f"-fold{fold}")
 
 
 def run_cell(cell: Cell, runs: Path, progress: bool) -> None:
@@ -138,7 +182,12 @@ def _saved_config(path: Path) -> dict | None:
 
 # a per-round metric of a table -> the metrics.jsonl key it reports
 ROUND_KEYS = {"personalized_acc": "test_acc", "global_acc": "global_test_acc",
-              "local_f1": "test_acc", "global_f1": "client_global_test_acc"}
+              "local_f1": "test_acc", "global_f1": "client_global_test_acc",
+              "acc": "test_acc", "acc_best_last_10": "test_acc"}
+# a per-round metric whose name fixes its selector, whatever the table's
+FIXED_RULES = {"acc_best_last_10": "best_last_10"}
+# numbers of the whole run -> the decimals a table shows them with
+WHOLE_RUN_METRICS = {"ego_mib": 1, "param_mib": 1, "minutes": 1, "seconds_per_round": 2}
 
 
 def seed_round(cell: Cell, seed: int, key: str, rule: str) -> dict:
@@ -195,46 +244,64 @@ MIB = 2**20
 
 
 def run_metric(cell: Cell, seed: int, metric: str) -> float:
-    """A per-seed number of the whole run: upload MiB or minutes."""
-    if metric == "minutes":
-        return read_json(cell.run_dir / f"seed-{seed}" / "summary.json", "seed summary",
-                         ("seconds",))["seconds"] / 60
+    """A per-seed number of the whole run: upload MiB, minutes or seconds per round."""
+    if metric in ("minutes", "seconds_per_round"):
+        summary = read_json(cell.run_dir / f"seed-{seed}" / "summary.json", "seed summary",
+                            ("seconds", "rounds"))
+        return summary["seconds"] / (60 if metric == "minutes" else summary["rounds"])
     lines = [line for line in seed_lines(cell, seed) if line["round"] > 0]
     ego = sum(line.get("server", {}).get("upload_ego_bytes", 0) for line in lines)
     return (ego if metric == "ego_mib" else sum(x["bytes_up"] for x in lines) - ego) / MIB
 
 
-def cell_rows(preset: Preset, cell: Cell, reference: Cell | None, seeds: list[int],
-              vectors: dict, fairness_on: str = "local", rule: str = "final") -> list[dict]:
-    """The cell's table rows; a per-round metric is read, per seed, from the round ``rule``
-    picks."""
+def cell_rows(preset: Preset, variant: Variant, dataset: str, cells: list[Cell],
+              references: dict[tuple[str, int | None], Cell], seeds: list[int], vectors: dict,
+              fairness_on: str = "local", rule: str = "final") -> list[dict]:
+    """The rows of one (method, setting) over its ``cells`` (one per fold; none for a setting
+    that could not run, which keeps only the paper's numbers); a per-round metric is read, per
+    seed, from the round ``rule`` (or the metric's own rule) picks."""
     rows = []
-    method, dataset = cell.variant.method, cell.dataset
 
     def add(metric: str, values: list[float] | None, select: str = rule) -> None:
-        paper = preset.paper.get((method, dataset, metric), "")
+        paper = preset.paper.get((variant.method, dataset, metric), "")
         if not values and not paper:
             return
         mean, std = mean_std(values) if values else (None, None)
-        rows.append({"method": method, "dataset": dataset, "metric": metric,
+        rows.append({"method": variant.method, "dataset": dataset, "metric": metric,
                      "ours_mean": mean, "ours_std": std, "paper": paper, "select": select})
 
-    ran = cell.summary["seeds"] if cell.summary else []
     for metric in preset.metrics:
         if metric in ROUND_KEYS:
-            key = ROUND_KEYS[metric]
-            values = [seed_round(cell, s, key, rule).get(key) for s in ran]
-            add(metric, None if None in values else values)
-        elif metric == "gradient_fairness" and reference is not None and cell is not reference:
-            pairs = fairness_vectors(reference, cell, fairness_on, rule)
-            vectors[f"{method}/{dataset}"] = pairs
-            add(metric, [p["pearson"] for p in pairs.values()])
-        elif metric in ("ego_mib", "param_mib", "minutes"):
-            add(metric, [run_metric(cell, s, metric) for s in ran], WHOLE_RUN)
+            key, chosen = ROUND_KEYS[metric], FIXED_RULES.get(metric, rule)
+            values = [seed_round(c, s, key, chosen).get(key) for c in cells for s in c.seeds]
+            add(metric, None if None in values else values, chosen)
+        elif metric == "gradient_fairness":
+            values = _fairness(cells, references, vectors, fairness_on, rule)
+            if values is not None or not cells:
+                add(metric, values)
+        elif metric in WHOLE_RUN_METRICS:
+            add(metric, [run_metric(c, s, metric) for c in cells for s in c.seeds], WHOLE_RUN)
         elif metric.startswith("payoff_"):
-            payoffs = group_payoffs(preset, cell, seeds)
-            add(metric, payoffs[metric.removeprefix("payoff_")], WHOLE_RUN)
+            group = metric.removeprefix("payoff_")
+            add(metric, [v for c in cells for v in group_payoffs(preset, c, seeds)[group]],
+                WHOLE_RUN)
     return rows
+
+
+def _fairness(cells: list[Cell], references: dict[tuple[str, int | None], Cell],
+              vectors: dict, on: str, rule: str) -> list[float] | None:
+    """Every seed's fairness over ``cells``, each against the reference run of its setting and
+    fold (its vectors kept in ``vectors``); None for the reference itself or without one."""
+    values = None
+    for cell in cells:
+        reference = references.get((cell.dataset, cell.fold))
+        if reference is None or reference is cell:
+            continue
+        pairs = fairness_vectors(reference, cell, on, rule)
+        fold = "" if cell.fold is None else f"/fold={cell.fold}"
+        vectors[f"{cell.variant.method}/{cell.dataset}{fold}"] = pairs
+        values = (values or []) + [p["pearson"] for p in pairs.values()]
+    return values
 
 
 # ------------------------------------------------------------------ output
@@ -255,13 +322,16 @@ def format_ours(row: dict) -> str:
     """``mean ± std``; payoffs (shares of a budget of 1 over ~10 agents) get a fourth decimal."""
     if row["ours_mean"] is None:
         return "–"
-    if row["metric"] in ("ego_mib", "param_mib", "minutes"):
-        return f"{row['ours_mean']:.1f} ± {row['ours_std']:.1f}"
+    if row["metric"] in WHOLE_RUN_METRICS:
+        d = WHOLE_RUN_METRICS[row["metric"]]
+        return f"{row['ours_mean']:.{d}f} ± {row['ours_std']:.{d}f}"
     d = 4 if row["metric"].startswith("payoff_") else 3
     return f"{row['ours_mean']:.{d}f} ± {row['ours_std']:.{d}f}"
 
 
-def write_tables(rows: list[dict], out: Path, title: str, notes: str) -> None:
+def write_tables(rows: list[dict], out: Path, title: str, notes: str, rule: str) -> None:
+    """``table.csv`` and ``table.md``; a row whose selector is not the title's ``rule`` names
+    its own beside the metric."""
     with (out / "table.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
@@ -271,7 +341,9 @@ def write_tables(rows: list[dict], out: Path, title: str, notes: str) -> None:
     lines = [f"# {title}", "", "| method | dataset | metric | ours | paper | ours − paper |",
              "|---|---|---|---|---|---|"]
     for row in rows:
-        lines.append(f"| {row['method']} | {row['dataset']} | {row['metric']} | "
+        metric = row["metric"] if row["select"] in (rule, WHOLE_RUN) else (
+            f"{row['metric']}, {tag(row['select'])}")
+        lines.append(f"| {row['method']} | {row['dataset']} | {metric} | "
                      f"{format_ours(row)} | {row['paper'] or ''} | {gap(row)} |")
     if notes:
         lines += ["", notes]
@@ -281,14 +353,17 @@ def write_tables(rows: list[dict], out: Path, title: str, notes: str) -> None:
 def reproduce(name: str, methods: list[str] | None = None, datasets: list[str] | None = None,
               seeds: int | None = None, quick: bool = False, out: Path | None = None,
               progress: bool = True, fairness_on: str = "local",
-              overrides: tuple[str, ...] = (), selector: str | None = None, jobs: int = 1
+              overrides: tuple[str, ...] = (), selector: str | None = None, jobs: int = 1,
+              settings: list[str] | None = None, folds: int | None = None
               ) -> tuple[Path, list[dict], list[str]]:
     """Run preset ``name``; returns the output directory, the table rows and what was skipped.
 
     ``fairness_on``: the test set behind model-gradient fairness, each agent's local one
     (the spec's recommendation) or the global one (every agent's model is then also evaluated
     there). ``selector``: the rule picking each seed's round (default: the preset's).
-    ``jobs``: cells run in that many worker processes at once."""
+    ``jobs``: cells run in that many worker processes at once. ``settings``: ``key=value``
+    filters of the setting labels. ``folds``: run folds ``0 .. folds-1`` of a preset with a
+    fold axis (``seeds`` are then each fold's repeats)."""
     if jobs < 1:
         raise GraphfedError(f"--jobs must be at least 1, got {jobs}")
     if fairness_on not in ("local", "global"):
@@ -296,31 +371,45 @@ def reproduce(name: str, methods: list[str] | None = None, datasets: list[str] |
                             f"'{fairness_on}'")
     preset = get_preset(name)
     rule = check_selector(selector or preset.select)
-    variants, wanted = select(preset, methods, datasets)
+    variants, wanted = select(preset, methods, datasets, settings)
+    fold_list = fold_axis(preset, folds)
     count = seeds or (preset.quick_seeds if quick else preset.seeds)
     seed_list = list(range(count))
     out = Path(out or Path("runs") / f"reproduce-{name}{'-quick' if quick else ''}")
     runs = out / "runs"
-    skipped = [f"{d}: dataset files not present under GRAPHFED_DATA" for d in wanted
-               if not is_present(d)]
+    reasons = {label: missing(parse_label(label, preset.setting_keys).dataset)
+               for label in wanted}
     try:  # every cell's config is checked before any cell runs
-        cells = [Cell(variant, dataset, cell_config(preset, variant, dataset, seed_list, quick,
-                                                    fairness_on, overrides))
-                 for dataset in wanted if is_present(dataset) for variant in variants]
+        cells = [Cell(variant, label, cell_config(preset, variant, label, seed_list, quick,
+                                                  fairness_on, overrides, fold), fold)
+                 for label in wanted if reasons[label] is None for variant in variants
+                 for fold in fold_list]
     except ConfigError as e:
         raise GraphfedError(f"preset {name}: {e}") from None
     runs.mkdir(parents=True, exist_ok=True)
     run_cells([c for c in cells if c.variant.algorithm is not None], runs, progress, jobs)
+    references = {(c.dataset, c.fold): c for c in cells if c.variant.method == preset.reference}
     rows, vectors = [], {}
-    for cell in cells:
-        reference = next((c for c in cells if c.dataset == cell.dataset
-                          and c.variant.method == preset.reference), None)
-        rows.extend(cell_rows(preset, cell, reference, seed_list, vectors, fairness_on, rule))
-    changed = f", with {' '.join(overrides)}" if overrides else ""
-    scope = f"{count} seed{'s' if count != 1 else ''}{', quick' if quick else ''}{changed}"
-    title = f"{name}: {preset.description} ({scope}; select {rule}: {SELECTORS[rule]})"
-    write_tables(rows, out, title, preset.notes)
+    for label in wanted:
+        if reasons[label] is not None and not preset.report_missing:
+            continue
+        for variant in variants:
+            mine = [c for c in cells if c.dataset == label and c.variant is variant]
+            rows.extend(cell_rows(preset, variant, label, mine, references, seed_list, vectors,
+                                  fairness_on, rule))
+    title = f"{name}: {preset.description} ({_scope(count, fold_list, quick, overrides)}; " \
+            f"select {rule}: {SELECTORS[rule]})"
+    write_tables(rows, out, title, preset.notes, rule)
     (out / "vectors.json").write_text(json.dumps(vectors, indent=1))
     for figure in preset.figures:
         figure(rows, out)
-    return out, rows, skipped
+    return out, rows, list(dict.fromkeys(r for r in reasons.values() if r is not None))
+
+
+def _scope(count: int, folds: list[int | None], quick: bool, overrides: tuple[str, ...]) -> str:
+    """What a table's numbers pool: the seeds (each fold's repeats), the folds, the changes."""
+    scope = f"{count} seed{'s' if count != 1 else ''}"
+    if folds != [None]:
+        scope = f"folds 0-{folds[-1]} x {scope} each"
+    changed = f", with {' '.join(overrides)}" if overrides else ""
+    return f"{scope}{', quick' if quick else ''}{changed}"
