@@ -1,6 +1,7 @@
 """GPFL's Fig. 5 statistic (``reproduce.network_stats``) on hand-made networks, and the
 ``gpfl-network`` preset end to end."""
 
+import json
 import math
 
 import pytest
@@ -12,6 +13,7 @@ from graphfed.reproduce.network_stats import (
     label_order,
     label_similarity,
 )
+from tests.conftest import require
 
 # four clients: two mostly of class 0, two mostly of class 1
 SKEWED = torch.tensor([[0.9, 0.1], [0.2, 0.8], [0.7, 0.3], [0.1, 0.9]], dtype=torch.float64)
@@ -58,3 +60,18 @@ def test_distributions_similarity_and_order():
     assert similarity.diagonal().tolist() == pytest.approx([1.0] * 4)
     assert float(similarity[0, 3]) == pytest.approx(0.2)
     assert label_order(SKEWED) == [0, 2, 3, 1]
+
+
+@require("PROTEINS")
+def test_the_network_preset_draws_the_network_and_writes_its_statistic(tmp_path):
+    from graphfed.reproduce.runner import reproduce
+
+    out, rows, _ = reproduce("gpfl-network", datasets=["PROTEINS"], out=tmp_path,
+                             progress=False, overrides=("num_clients=5", "rounds=2"))
+    assert [(r["method"], r["dataset"]) for r in rows] == [("gpfl", "PROTEINS/k=25/alpha=0.5")]
+    assert (out / "network-PROTEINS_k=25_alpha=0.5.png").stat().st_size > 0
+    found = json.loads((out / "network.json").read_text())["PROTEINS/k=25/alpha=0.5"]
+    assert found["rounds"] == 2 and sorted(found["order"]) == list(range(5))
+    assert len(found["network"]) == len(found["label_distribution"]) == 5
+    assert all(math.isfinite(found[key]) for key in ("within", "between"))
+    assert {"ratio", "correlation"} <= found.keys()

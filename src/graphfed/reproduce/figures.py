@@ -95,3 +95,30 @@ def f1_curves(rows: list[dict], out: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def network_heatmap(network: Sequence[Sequence[float]], shares: Sequence[Sequence[float]],
+                    names: Sequence[str], path: Path, title: str) -> Path:
+    """A client network as a heat map beside each client's label distribution as a stacked
+    bar, rows aligned, so blocks of like-labelled clients can be seen (cf. GPFL Fig. 5)."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 5), width_ratios=(4, 1.3))
+    image = left.imshow(network, cmap="viridis", aspect="auto")  # rows level with the bars
+    fig.colorbar(image, ax=left, fraction=0.046, pad=0.04, label="mean network weight")
+    left.set_xticks(range(len(names)), names, rotation=90, fontsize=6)
+    left.set_yticks(range(len(names)), names, fontsize=6)
+    left.set_xlabel("client")
+    left.set_ylabel("client")
+    start = [0.0] * len(names)
+    for label in range(len(shares[0]) if shares else 0):
+        widths = [row[label] for row in shares]
+        right.barh(range(len(names)), widths, left=start, label=f"class {label}")
+        start = [s + w for s, w in zip(start, widths, strict=True)]
+    right.set_ylim(len(names) - 0.5, -0.5)  # row 0 on top, as in the heat map
+    right.set_yticks([])
+    right.set_xlabel("label share")
+    right.legend(fontsize=7, loc="lower right")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
