@@ -122,3 +122,27 @@ def network_heatmap(network: Sequence[Sequence[float]], shares: Sequence[Sequenc
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+Curve = list[tuple[float, float, float]]  # (x, mean, std) points of one series
+
+
+def panel_curves(panels: dict[str, dict[str, Curve]], path: Path, xlabel: str, ylabel: str,
+                 title: str) -> Path:
+    """One panel per key of ``panels``, one line with std error bars per series in it, the
+    y axis shared so the panels compare at a glance."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.6), sharey=True,
+                             squeeze=False)
+    for ax, (name, series) in zip(axes[0], panels.items(), strict=True):
+        for label, points in series.items():
+            xs, means, stds = zip(*sorted(points), strict=True)
+            ax.errorbar(xs, means, yerr=stds, marker="o", capsize=2, label=label)
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel(xlabel)
+    axes[0][0].set_ylabel(ylabel)
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
