@@ -1,4 +1,8 @@
-"""The ``gpfl-motivation`` preset (GPFL Fig. 1): its settings and its figure, end to end."""
+"""The ``gpfl-motivation`` preset (GPFL Figs. 1 and 3): its settings and its figures, end to
+end."""
+
+import json
+import math
 
 from graphfed.reproduce import get_preset
 from graphfed.reproduce.papers.gpfl_motivation import accuracy_panels
@@ -30,3 +34,7 @@ def test_the_preset_runs_and_draws_its_figure(tmp_path):
                              progress=False, overrides=("dataset=PROTEINS", "rounds=2"))
     assert len(rows) == 2 and all(r["ours_mean"] is not None for r in rows)
     assert (out / "heterogeneity.png").stat().st_size > 0
+    assert (out / "similarity-NCI1_rate=0.9_k=4.png").stat().st_size > 0
+    found = json.loads((out / "similarity.json").read_text())["NCI1/rate=0.9/k=4"]
+    assert all(math.isfinite(found[kind][side]) for kind in ("raw", "marginal")
+               for side in ("within", "between"))

@@ -75,3 +75,10 @@ def test_the_network_preset_draws_the_network_and_writes_its_statistic(tmp_path)
     assert len(found["network"]) == len(found["label_distribution"]) == 5
     assert all(math.isfinite(found[key]) for key in ("within", "between"))
     assert {"ratio", "correlation"} <= found.keys()
+
+
+def test_known_groups_replace_the_majority_labels():
+    alike = torch.tensor([[0.6, 0.4]] * 4, dtype=torch.float64)  # one majority label for all
+    assert math.isnan(grouping(BLOCKS, alike)["between"])
+    stats = grouping(BLOCKS, alike, groups=torch.tensor([0, 1, 0, 1]))
+    assert stats["ratio"] == pytest.approx(18.0)

@@ -146,3 +146,20 @@ def panel_curves(panels: dict[str, dict[str, Curve]], path: Path, xlabel: str, y
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def similarity_heatmaps(matrices: dict[str, Sequence[Sequence[float]]], path: Path,
+                        title: str) -> Path:
+    """Client x client similarity maps side by side on one [-1, 1] scale, so how far apart
+    the clients look through each can be compared (cf. GPFL Fig. 3)."""
+    fig, axes = plt.subplots(1, len(matrices), figsize=(4.4 * len(matrices), 4), squeeze=False)
+    for ax, (name, matrix) in zip(axes[0], matrices.items(), strict=True):
+        image = ax.imshow(matrix, cmap="RdBu_r", vmin=-1, vmax=1)
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("client")
+        ax.set_ylabel("client")
+    fig.colorbar(image, ax=axes[0].tolist(), fraction=0.03, label="cosine similarity")
+    fig.suptitle(title, fontsize=9)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return path

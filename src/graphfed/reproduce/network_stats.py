@@ -37,15 +37,17 @@ def label_order(distributions: Tensor) -> list[int]:
     return sorted(range(len(distributions)), key=lambda i: (int(group[i]), -float(top[i]), i))
 
 
-def grouping(network: Tensor, distributions: Tensor) -> dict[str, float]:
+def grouping(network: Tensor, distributions: Tensor, groups: Tensor | None = None
+             ) -> dict[str, float]:
     """The within/between mean weight ``ratio`` and the weight/similarity ``correlation``
-    (module docstring), with the two means they come from."""
+    (module docstring), with the two means they come from; ``groups``: each client's group
+    where it is known (e.g. a split's), instead of its majority label."""
     k = len(network)
     if network.shape != (k, k) or len(distributions) != k:
         raise ValueError(f"a {tuple(network.shape)} network for {len(distributions)} clients")
     weights = network.double()
     off = ~torch.eye(k, dtype=torch.bool)
-    group = distributions.argmax(dim=1)
+    group = distributions.argmax(dim=1) if groups is None else groups
     same = (group[:, None] == group[None, :]) & off
     between = ~same & off
     within_mean, between_mean = _mean(weights[same]), _mean(weights[between])

@@ -10,6 +10,7 @@ distribution is that of its training graphs.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import torch
@@ -28,26 +29,48 @@ SEED = 0
 DECIMALS = 4
 
 
-def mean_network(lines: list[dict], clients: int) -> tuple[Tensor, int]:
-    """N̂ averaged over the rounds whose network covers all ``clients``, and how many did."""
-    networks = [torch.tensor(line["server"]["network"], dtype=torch.float64) for line in lines
-                if len(line.get("server", {}).get("network", ())) == clients]
-    if not networks:
-        raise ValueError(f"no round recorded a network over all {clients} clients")
-    return torch.stack(networks).mean(dim=0), len(networks)
+def mean_record(lines: list[dict], key: str, clients: int) -> tuple[Tensor, int]:
+    """The server's client x client record ``key`` averaged over the rounds where it covers all
+    ``clients``, and how many rounds did."""
+    records = [torch.tensor(line["server"][key], dtype=torch.float64) for line in lines
+               if len(line.get("server", {}).get(key, ())) == clients]
+    if not records:
+        raise ValueError(f"no round recorded a {key} over all {clients} clients")
+    return torch.stack(records).mean(dim=0), len(records)
+
+
+def run_records(run: Path) -> tuple[Tensor, list[dict]]:
+    """A run's clients' training label distributions and seed ``SEED``'s rounds."""
+    data = federated_data(load_config(run / "config.yaml"), SEED)
+    shares = label_distributions([c.labels("train") for c in data.clients], data.num_classes)
+    return shares, read_metrics(run / f"seed-{SEED}" / "metrics.jsonl")
 
 
 def setting_network(run: Path) -> dict:
     """One run's mean network in label order, its clients' label distributions and the
     statistic (``network_stats.grouping``)."""
-    data = federated_data(load_config(run / "config.yaml"), SEED)
-    shares = label_distributions([c.labels("train") for c in data.clients], data.num_classes)
-    network, rounds = mean_network(read_metrics(run / f"seed-{SEED}" / "metrics.jsonl"),
-                                   data.num_clients)
+    shares, lines = run_records(run)
+    network, rounds = mean_record(lines, "network", len(shares))
     order = label_order(shares)
     return {"rounds": rounds, **grouping(network, shares), "order": order,
             "network": network[order][:, order].round(decimals=DECIMALS).tolist(),
             "label_distribution": shares[order].round(decimals=DECIMALS).tolist()}
+
+
+def write_report(path: Path, report: dict) -> Path:
+    """``report`` as JSON, an undefined statistic (NaN) as null."""
+    def defined(value):
+        if isinstance(value, dict):
+            return {k: defined(v) for k, v in value.items()}
+        return None if isinstance(value, float) and math.isnan(value) else value
+
+    path.write_text(json.dumps(defined(report), indent=1))
+    return path
+
+
+def run_dir(out: Path, method: str, label: str, setting_keys: dict[str, str]) -> Path:
+    """The directory of a preset's cell on fold 0 (the runner's naming)."""
+    return out / "runs" / f"{method}-{parse_label(label, setting_keys).folder}-fold0"
 
 
 def network_figures(rows: list[dict], out: Path) -> Path:
@@ -55,16 +78,14 @@ def network_figures(rows: list[dict], out: Path) -> Path:
     report = {}
     for method, label in dict.fromkeys((r["method"], r["dataset"]) for r in rows):
         folder = parse_label(label, SETTING_KEYS).folder
-        found = report[label] = setting_network(out / "runs" / f"{method}-{folder}-fold0")
+        found = report[label] = setting_network(run_dir(out, method, label, SETTING_KEYS))
         network_heatmap(found["network"], found["label_distribution"],
                         [str(i) for i in found["order"]], out / f"network-{folder}.png",
                         f"{method} on {label}: mean network over {found['rounds']} rounds, "
                         f"clients by majority label\nwithin/between weight ratio "
                         f"{found['ratio']:.2f}, corr(weight, label similarity) "
                         f"{found['correlation']:.2f}")
-    path = out / "network.json"
-    path.write_text(json.dumps(report, indent=1))
-    return path
+    return write_report(out / "network.json", report)
 
 
 NETWORK = register(Preset(
