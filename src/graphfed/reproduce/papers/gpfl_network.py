@@ -59,7 +59,7 @@ def setting_network(run: Path) -> dict:
 
 def write_report(path: Path, report: dict) -> Path:
     """``report`` as JSON, an undefined statistic (NaN) as null."""
-    def defined(value):
+    def defined(value: object) -> object:
         if isinstance(value, dict):
             return {k: defined(v) for k, v in value.items()}
         return None if isinstance(value, float) and math.isnan(value) else value
