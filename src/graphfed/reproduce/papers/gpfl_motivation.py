@@ -77,8 +77,9 @@ def similarity_figures(rows: list[dict], out: Path) -> Path:
 
 MOTIVATION = register(Preset(
     name="gpfl-motivation",
-    description="GPFL Fig. 1: self-train, FedAvg and GPFL on two groups of NCI1 clients, "
-                "homogeneous to highly heterogeneous, 4 to 40 clients",
+    description="GPFL Figs. 1 and 3: self-train, FedAvg and GPFL on two groups of NCI1 "
+                "clients, homogeneous to highly heterogeneous, 4 to 40 clients; GPFL's raw and "
+                "marginal parameter similarities",
     variants=[Variant("self-train", "local"), Variant("fedavg", "fedavg"),
               Variant("gpfl", "gpfl", ("gpfl.record_similarity=true",))],
     datasets=[f"NCI1/rate={r}/k={k}" for r in HETEROGENEITY for k in CLIENTS],
