@@ -95,3 +95,71 @@ def f1_curves(rows: list[dict], out: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def network_heatmap(network: Sequence[Sequence[float]], shares: Sequence[Sequence[float]],
+                    names: Sequence[str], path: Path, title: str) -> Path:
+    """A client network as a heat map beside each client's label distribution as a stacked
+    bar, rows aligned, so blocks of like-labelled clients can be seen (cf. GPFL Fig. 5)."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 5), width_ratios=(4, 1.3))
+    image = left.imshow(network, cmap="viridis", aspect="auto")  # rows level with the bars
+    fig.colorbar(image, ax=left, fraction=0.046, pad=0.04, label="mean network weight")
+    left.set_xticks(range(len(names)), names, rotation=90, fontsize=6)
+    left.set_yticks(range(len(names)), names, fontsize=6)
+    left.set_xlabel("client")
+    left.set_ylabel("client")
+    start = [0.0] * len(names)
+    for label in range(len(shares[0]) if shares else 0):
+        widths = [row[label] for row in shares]
+        right.barh(range(len(names)), widths, left=start, label=f"class {label}")
+        start = [s + w for s, w in zip(start, widths, strict=True)]
+    right.set_ylim(len(names) - 0.5, -0.5)  # row 0 on top, as in the heat map
+    right.set_yticks([])
+    right.set_xlabel("label share")
+    right.legend(fontsize=7, loc="lower right")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+Curve = list[tuple[float, float, float]]  # (x, mean, std) points of one series
+
+
+def panel_curves(panels: dict[str, dict[str, Curve]], path: Path, xlabel: str, ylabel: str,
+                 title: str) -> Path:
+    """One panel per key of ``panels``, one line with std error bars per series in it, the
+    y axis shared so the panels compare at a glance."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.6), sharey=True,
+                             squeeze=False)
+    for ax, (name, series) in zip(axes[0], panels.items(), strict=True):
+        for label, points in series.items():
+            xs, means, stds = zip(*sorted(points), strict=True)
+            ax.errorbar(xs, means, yerr=stds, marker="o", capsize=2, label=label)
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel(xlabel)
+    axes[0][0].set_ylabel(ylabel)
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def similarity_heatmaps(matrices: dict[str, Sequence[Sequence[float]]], path: Path,
+                        title: str) -> Path:
+    """Client x client similarity maps side by side on one [-1, 1] scale, so how far apart
+    the clients look through each can be compared (cf. GPFL Fig. 3)."""
+    fig, axes = plt.subplots(1, len(matrices), figsize=(4.4 * len(matrices), 4), squeeze=False)
+    for ax, (name, matrix) in zip(axes[0], matrices.items(), strict=True):
+        image = ax.imshow(matrix, cmap="RdBu_r", vmin=-1, vmax=1)
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("client")
+        ax.set_ylabel("client")
+    fig.colorbar(image, ax=axes[0].tolist(), fraction=0.03, label="cosine similarity")
+    fig.suptitle(title, fontsize=9)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return path

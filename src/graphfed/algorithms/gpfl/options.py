@@ -46,6 +46,10 @@ class GPFLOptions(AlgorithmOptions):
         "marginal", description="GAE node features: marginal parameters (Eq. 8, parameters "
         "minus the clients' mean) or raw parameters (the 'without marginal parameters' "
         "ablation, Fig. 3); both pooled and L2-normalised")
+    record_similarity: bool = Field(
+        False, description="record every round the clients' cosine similarities of their raw "
+        "and of their marginal features (pooled as for X_C) as raw_similarity and "
+        "marginal_similarity (Fig. 3); training is unchanged")
     compress: Literal["avgpool100", "none"] = Field(
         "avgpool100", description="parameter vectors average-pooled with window floor(P/100) "
         "before the features are built (code: compress_dim=100) or used whole (paper Eq. 8)")

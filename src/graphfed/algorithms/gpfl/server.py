@@ -111,7 +111,8 @@ class GPFLServer(Server):
         trained = [{k: v + u[k] for k, v in self.models[c].items()}
                    for c, u in zip(clients, updates, strict=True)]
         o = self.options
-        features = client_features(stack(trained), o.client_feature == "marginal",
+        params = stack(trained)
+        features = client_features(params, o.client_feature == "marginal",
                                    o.compress == "avgpool100")
         similarity = embedding_similarity(
             torch.stack([replies[c].tensors[EMBEDDING].double() for c in clients]))
@@ -122,6 +123,8 @@ class GPFLServer(Server):
         for c, step in zip(clients, steps, strict=True):
             self.models[c] = {k: v + step[k] for k, v in self.models[c].items()}
         self._record(clients, network, similarity)
+        if o.record_similarity:
+            self.last.update(self._feature_similarities(params))
 
     def _initial_network(self, clients: list[int], similarity: Tensor) -> Tensor:
         """A_t over ``clients``, normalised; the whole remembered network is updated."""
@@ -164,12 +167,23 @@ class GPFLServer(Server):
         edges = inter_client_edges(network)
         off = ~torch.eye(k, dtype=torch.bool)
         self.last.update(
-            network=[[round(float(w), NETWORK_DECIMALS) for w in row] for row in network],
+            network=_rounded(network),
             edges=edges, aggregation_speedup=k * k / (2 * edges + k),
             embedding_similarity_abs=float(similarity[off].abs().mean()) if k > 1 else 0.0)
         if self.selected is not None:
             self.last["properties"] = [PROPERTIES[i] for i in self.selected]
 
+    def _feature_similarities(self, params: Tensor) -> dict[str, list[list[float]]]:
+        """Fig. 3: how alike the clients look through raw and through marginal parameters."""
+        compress = self.options.compress == "avgpool100"
+        return {f"{kind}_similarity": _rounded(features @ features.T) for kind, features in (
+            ("raw", client_features(params, False, compress)),
+            ("marginal", client_features(params, True, compress)))}
+
     def round_metrics(self):
         return dict(self.last)
 
+
+def _rounded(matrix: Tensor) -> list[list[float]]:
+    """A recorded client x client matrix, rounded to ``NETWORK_DECIMALS``."""
+    return [[round(float(w), NETWORK_DECIMALS) for w in row] for row in matrix]

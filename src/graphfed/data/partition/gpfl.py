@@ -117,15 +117,65 @@ def gpfl_split(labels: torch.Tensor, num_clients: int, alpha: float, folds: int,
     """GPFL's ``label_skew_balance`` clients, each split by its stratified ``fold``: that fold
     is its test set, the other ``folds - 1`` its training set (no validation, no global test)."""
     y = labels.cpu().numpy()
+    _check_sizes(len(y), num_clients, folds, "gpfl_dirichlet")
     sizes = equal_sizes(len(y), num_clients)
-    if sizes.min() < folds:
-        raise GraphfedError(
-            f"gpfl_dirichlet partition: {len(y)} graphs over {num_clients} clients leaves "
-            f"{sizes.min()} per client, fewer than partition.folds={folds}; lower num_clients "
-            "or partition.folds")
     draws = np.random.RandomState(seed)
     priors = capped_priors(alpha, int(y.max()) + 1, num_clients, draws)
-    clients = fill_clients(y, priors, sizes, draws)
+    return _fold_plan(y, fill_clients(y, priors, sizes, draws), folds, fold, seed)
+
+
+TOY_KEEP = 10  # graphs of each class the toy split leaves to the other group at least
+
+
+def toy_groups(labels: np.ndarray, rate: float, draws: np.random.RandomState
+               ) -> list[np.ndarray]:
+    """The code's two-group ``toy_split`` rule (``data_split.py:59-88``): group 0 draws a ``rate``
+    share of the class-0 graphs and tops itself up to half the dataset with class-1 graphs, each
+    side leaving the other group at least ``TOY_KEEP``; group 1 has the rest. ``rate`` 0.5 gives
+    two alike groups, larger rates two ever more opposite ones."""
+    if labels.max() > 1:
+        raise GraphfedError("gpfl_toy partition: the toy split is for binary labels only")
+    zeros, ones = np.flatnonzero(labels == 0), np.flatnonzero(labels == 1)
+    from_zeros = min(int(rate * len(zeros)), len(zeros) - TOY_KEEP)
+    from_ones = min(max(len(labels) // 2 - from_zeros, TOY_KEEP), len(ones) - TOY_KEEP)
+    if from_zeros < 0 or from_ones < 0:
+        raise GraphfedError(f"gpfl_toy partition: each class needs more than {TOY_KEEP} graphs")
+    first = np.sort(np.concatenate([draws.choice(zeros, from_zeros, replace=False),
+                                    draws.choice(ones, from_ones, replace=False)]))
+    return [first, np.setdiff1d(np.arange(len(labels)), first)]
+
+
+def gpfl_toy_split(labels: torch.Tensor, num_clients: int, rate: float, folds: int, fold: int,
+                   seed: int) -> SplitPlan:
+    """GPFL's Fig. 1 split: the two toy groups (``toy_groups``), each cut into ``num_clients / 2``
+    stratified chunks (the code's ``subchunk_split``), group 0's clients first; inside every
+    client the stratified ``fold`` is its test set, as in ``gpfl_split``. The same rules as the
+    code, not its random draws (which its global NumPy state makes)."""
+    if num_clients < 2 or num_clients % 2:
+        raise GraphfedError(f"gpfl_toy partition: num_clients={num_clients} must be even (two "
+                            "groups of equally many clients)")
+    y = labels.cpu().numpy()
+    draws = np.random.RandomState(seed)
+    clients = []
+    for group in toy_groups(y, rate, draws):
+        _check_sizes(len(group), num_clients // 2, folds, "gpfl_toy")
+        chunk = stratified_folds(y[group], num_clients // 2, seed)
+        clients += [group[chunk == c] for c in range(num_clients // 2)]
+    return _fold_plan(y, clients, folds, fold, seed)
+
+
+def _check_sizes(total: int, clients: int, folds: int, name: str) -> None:
+    """Refuse clients too small for a stratified ``folds``-fold split."""
+    if total // clients < folds:
+        raise GraphfedError(
+            f"{name} partition: {total} graphs over {clients} clients leaves "
+            f"{total // clients} per client, fewer than partition.folds={folds}; lower "
+            "num_clients or partition.folds")
+
+
+def _fold_plan(y: np.ndarray, clients: list[np.ndarray], folds: int, fold: int, seed: int
+               ) -> SplitPlan:
+    """Each client's stratified ``fold`` as its test set, the rest its training set."""
     splits = [torch.from_numpy(np.where(stratified_folds(y[ids], folds, seed) == fold,
                                         TEST, TRAIN)) for ids in clients]
     return SplitPlan(torch.empty(0, dtype=torch.long),

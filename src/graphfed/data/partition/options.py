@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field, TypeAdapter, field_validator, model_valid
 from torch_geometric.data import Data
 
 from graphfed.data.partition.fedego import label_skew_plan, louvain_plan
-from graphfed.data.partition.gpfl import gpfl_split
+from graphfed.data.partition.gpfl import gpfl_split, gpfl_toy_split
 from graphfed.data.partition.graph import gcfl_chunk_split, gcfl_code_split
 from graphfed.data.partition.label_skew import dirichlet_split, uniform_split
 from graphfed.data.partition.node import louvain_split, major_labels_split, metis_split
@@ -162,34 +162,46 @@ class GCFLCodePartition(PartitionBase):
         return gcfl_code_split(len(labels), num_clients, seed)
 
 
-class GPFLDirichletPartition(PartitionBase):
-    """GPFL's split replayed (``gpfl_split``): equal-size clients with Dirichlet label priors
-    capped at 0.95, then per client a stratified ``folds``-fold split whose fold ``fold`` is the
-    test set. No validation set and no global test set, as in the code."""
+class _GPFLFolds(PartitionBase):
+    """What GPFL's splits share: per client a stratified ``folds``-fold split whose fold
+    ``fold`` is the test set; no validation set and no global test set, as in the code."""
 
     levels: ClassVar[tuple[str, ...]] = ("graph",)
-    name: Literal["gpfl_dirichlet"] = "gpfl_dirichlet"
-    alpha: float = Field(0.5, gt=0.0, description="Dirichlet concentration of the class priors")
     folds: int = Field(5, ge=2, description="stratified folds per client")
     fold: int = Field(0, ge=0, description="the fold each client tests on (0 .. folds-1)")
 
-    @field_validator("global_test")
-    @classmethod
-    def _no_global_test(cls, v: float) -> float:
-        if v:
-            raise ValueError("gpfl_dirichlet has no global test set (GPFL's code keeps none); "
-                             "leave global_test unset")
-        return v
-
     @model_validator(mode="after")
-    def _fold_in_range(self) -> GPFLDirichletPartition:
+    def _no_global_test_and_fold_in_range(self) -> _GPFLFolds:
+        if self.global_test:
+            raise ValueError(f"{self.name} has no global test set (GPFL's code keeps none); "
+                             "leave global_test unset")
         if self.fold >= self.folds:
             raise ValueError(f"fold {self.fold} does not exist with folds={self.folds}; "
                              f"choose 0 .. {self.folds - 1}")
         return self
 
+
+class GPFLDirichletPartition(_GPFLFolds):
+    """GPFL's split replayed (``gpfl_split``): equal-size clients with Dirichlet label priors
+    capped at 0.95, then the per-client folds."""
+
+    name: Literal["gpfl_dirichlet"] = "gpfl_dirichlet"
+    alpha: float = Field(0.5, gt=0.0, description="Dirichlet concentration of the class priors")
+
     def plan(self, graph, labels, num_clients, seed, rng):
         return gpfl_split(labels, num_clients, self.alpha, self.folds, self.fold, seed)
+
+
+class GPFLToyPartition(_GPFLFolds):
+    """GPFL's Fig. 1 split (``gpfl_toy_split``): two groups of clients, alike within a group,
+    as different across groups as ``rate`` makes them; binary labels only."""
+
+    name: Literal["gpfl_toy"] = "gpfl_toy"
+    rate: float = Field(0.5, ge=0.5, le=1.0, description="share of the class-0 graphs in group 0 "
+                        "(0.5: homogeneous; towards 1: ever more heterogeneous groups)")
+
+    def plan(self, graph, labels, num_clients, seed, rng):
+        return gpfl_toy_split(labels, num_clients, self.rate, self.folds, self.fold, seed)
 
 
 VAL_FIFTH = ("share of a client's nodes, just before its local test nodes, held out as validation "
@@ -236,13 +248,13 @@ class FedEgoLouvainPartition(PartitionBase):
 
 PARTITIONS = {cls.model_fields["name"].default: cls for cls in (
     LouvainPartition, MetisPartition, MajorLabelsPartition, DirichletPartition, UniformPartition,
-    GCFLChunkPartition, GCFLCodePartition, GPFLDirichletPartition, FedEgoLabelPartition,
-    FedEgoLouvainPartition)}
+    GCFLChunkPartition, GCFLCodePartition, GPFLDirichletPartition, GPFLToyPartition,
+    FedEgoLabelPartition, FedEgoLouvainPartition)}
 
 PartitionOptions = Annotated[
     LouvainPartition | MetisPartition | MajorLabelsPartition | DirichletPartition
     | UniformPartition | GCFLChunkPartition | GCFLCodePartition | GPFLDirichletPartition
-    | FedEgoLabelPartition | FedEgoLouvainPartition,
+    | GPFLToyPartition | FedEgoLabelPartition | FedEgoLouvainPartition,
     Field(discriminator="name"),
 ]
 
