@@ -89,3 +89,17 @@ def evaluated_after(overrides: list[str], rounds: int = 2):
     for rnd in range(1, rounds + 1):
         fed.fit_round(rnd)
     return fed.runtime, fed.evaluate(rounds)["clients"]
+
+
+PYG_PROGRESS = {"Processing...", "Done!"}  # PyG's own stderr lines while it processes
+
+
+def error_line(result) -> str:
+    """The one line a refused CLI command printed (PyG's progress lines aside), after checking
+    the promise: exit code 2, no traceback, one line starting "error: "."""
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    lines = [line for line in result.stderr.splitlines()
+             if line.strip() and line.strip() not in PYG_PROGRESS]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    return lines[0]

@@ -15,24 +15,13 @@ from graphfed.cli import app
 from graphfed.config import load_config
 from graphfed.experiment import run_experiment
 from graphfed.run_lock import LOCK_FILE, OWNER_FILE, run_dir_lock
-from tests.conftest import interrupted_run, require
+from tests.conftest import error_line, interrupted_run, require
 
 SMALL = ["configs/quickstart.yaml", "num_clients=3", "rounds=2", "checkpoint_every=1"]
-PYG_PROGRESS = {"Processing...", "Done!"}  # PyG's own stderr lines while it processes
 
 
 def invoke(*args: str):
     return CliRunner().invoke(app, list(args))
-
-
-def error_line(result) -> str:
-    """The one line a refused command printed (PyG's progress lines aside)."""
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output
-    lines = [line for line in result.stderr.splitlines()
-             if line.strip() and line.strip() not in PYG_PROGRESS]
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    return lines[0]
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:

@@ -27,7 +27,7 @@ from graphfed.mechanisms.robust import (
 from graphfed.protocol import NUM_SAMPLES
 from graphfed.runtime.attack import AttackingClient
 from graphfed.seeding import seeded_call
-from tests.conftest import require
+from tests.conftest import error_line, require
 
 TINY = ["dataset=Cora", "partition=louvain", "num_clients=4", "local_epochs=1",
         "model.dropout=0", "device=cpu", "checkpoint_every=0"]
@@ -160,9 +160,8 @@ BAD = [
 def test_bad_robustness_settings_are_one_line_and_exit_2(tmp_path, overrides, message):
     result = runner.invoke(app, ["run", "configs/quickstart.yaml", *overrides, "--out",
                                  str(tmp_path / "r"), "--quiet"])
-    assert result.exit_code == 2, result.output
-    assert message in " ".join(result.output.split())
-    assert "Traceback" not in result.output and not (tmp_path / "r").exists()
+    assert message in error_line(result)
+    assert not (tmp_path / "r").exists()
 
 
 def test_a_robust_rule_reaches_the_server_and_any_algorithm_may_be_attacked():
