@@ -72,7 +72,7 @@ def test_a_crafted_partition_artifact_is_refused_unrun(tmp_path, monkeypatch):
 
 @require("Cora")
 def test_a_crafted_processed_dataset_file_is_refused_unrun(tmp_path, monkeypatch):
-    """PyG itself would read it again with weights_only=False after its safe read refused it."""
+    """PyG's own reader would fall back to full unpickling after its safe read refused it."""
     from graphfed.data.datasets import load_dataset
 
     monkeypatch.setenv("GRAPHFED_CACHE", str(tmp_path / "cache"))

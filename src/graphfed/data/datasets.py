@@ -227,10 +227,12 @@ def _build_once(work: Path, spec: DatasetSpec, staged: StagedRaw | None,
 
 def _load_plain(work: Path, load: Callable[[], Any]) -> Any:
     """``load()`` once every processed file under ``work`` proved to hold only tensors and PyG's
-    graph containers. PyG reads them with ``weights_only=True`` but, when that refuses a class,
-    warns and reads again with ``weights_only=False``: a crafted processed file would run code.
-    Checked here first, it is refused instead; allowing the graph containers for PyG's own
-    read makes that read succeed without its fallback."""
+    graph containers. PyG's reader (``torch_geometric.io.fs.torch_load``) tries the safe,
+    tensors-only unpickler and, when that refuses a class, warns and falls back to full
+    unpickling, which would run a crafted processed file's code. Checked here first with the
+    safe unpickler, such a file is refused instead; allowing the graph containers for PyG's own
+    read makes that read succeed without its fallback. graphfed itself never unpickles
+    without the restriction."""
     import torch
 
     from graphfed.serialization import graph_classes, safe_load
