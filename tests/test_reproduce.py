@@ -1,6 +1,8 @@
 """`graphfed reproduce`: preset selection, the table contract, and a tiny real reproduction."""
 
 import csv
+import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -97,6 +99,27 @@ def test_tiny_payoff_reproduction_writes_the_table_contract(tmp_path, monkeypatc
     again, _, _ = reproduce("fgfl-payoff", methods=["fgfl"], datasets=["PROTEINS"], seeds=1,
                             quick=True, out=tmp_path / "r", progress=False)
     assert len(list((again / "runs").iterdir())) == 1
+
+
+@require("PROTEINS")
+def test_more_seeds_train_only_the_new_ones_and_fewer_retrain_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(get_preset("fgfl-payoff"), "quick", ["rounds=2", "eval_every=2"])
+
+    def cell(seeds: int) -> Path:
+        out, _, _ = reproduce("fgfl-payoff", methods=["fgfl"], datasets=["PROTEINS"],
+                              seeds=seeds, quick=True, out=tmp_path / "r", progress=False)
+        (run,) = (out / "runs").iterdir()
+        return run
+
+    first = cell(1) / "seed-0" / "metrics.jsonl"
+    stamp = first.stat().st_mtime_ns
+    run = cell(2)
+    assert first.stat().st_mtime_ns == stamp  # seed 0 kept, seed 1 trained beside it
+    assert json.loads((run / "summary.json").read_text())["seeds"] == [0, 1]
+    assert (run / "seed-1" / "summary.json").is_file()
+    run = cell(1)
+    assert first.stat().st_mtime_ns == stamp
+    assert json.loads((run / "summary.json").read_text())["seeds"] == [0]
 
 
 @require("PROTEINS")

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import yaml
 
 from graphfed.build import federated_data
 from graphfed.config import ConfigError, ExperimentConfig, load_config
@@ -127,17 +128,28 @@ def run_name(variant: Variant, setting: Setting, fold: int | None) -> str:
 
 
 def run_cell(cell: Cell, runs: Path, progress: bool) -> None:
-    """Reuse a finished run of this exact config, resume an interrupted one, or start it."""
+    """Reuse a finished run of this exact config, resume an interrupted one, or start it.
+
+    A run that differs only in its seeds keeps every finished seed: raising ``--repeats`` (or
+    ``--seeds``) trains only the new ones, and lowering it retrains nothing."""
     path = runs / cell.config.name
-    same = (path / "config.yaml").is_file() and _saved_config(path) == cell.config.to_dict()
-    if same and (path / "summary.json").is_file():
+    wanted = cell.config.to_dict()
+    saved = _saved_config(path) if (path / "config.yaml").is_file() else None
+    if saved == wanted and (path / "summary.json").is_file():
         cell.run_dir, cell.summary = path, read_json(path / "summary.json", "run summary")
-    elif same:
+    elif saved is not None and _but_seeds(saved) == _but_seeds(wanted):
+        if saved != wanted:
+            (path / "summary.json").unlink(missing_ok=True)
+            (path / "config.yaml").write_text(yaml.safe_dump(wanted, sort_keys=False))
         cell.run_dir, cell.summary = resume(path, progress=progress)
     else:
         if path.exists():
             shutil.rmtree(path)
         cell.run_dir, cell.summary = run(cell.config, runs, progress=progress)
+
+
+def _but_seeds(config: dict) -> dict:
+    return {k: v for k, v in config.items() if k not in ("seed", "seeds")}
 
 
 def _run_in_worker(cell: Cell, runs: Path) -> tuple[Path, dict]:
