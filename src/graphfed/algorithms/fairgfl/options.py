@@ -4,18 +4,19 @@ description names the alternatives, and every run records them in its ``config.y
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import Field
 
 from graphfed.algorithms.registry import RunView
 from graphfed.errors import GraphfedError
+from graphfed.mechanisms.overlap import Accumulation, FairWeighting, LinkScaling
+from graphfed.mechanisms.privacy import FeatureMechanism
 from graphfed.protocol import AlgorithmOptions
 
 # message names both sides use
 ENCODER = "encoder."  # the public encoder's parameters (setup message), one tensor each
 LOSS = "loss_received"  # F_i(theta^t): the received global model's loss on the training nodes
 ENCODINGS, LINKS = "encodings", "links"  # the privatised mini-batch: b x d_enc, packed b x b bits
+EPS_NODE, EPS_LINK = "eps_node", "eps_link"  # the LDP budget the client has spent so far
 
 
 class FairGFLOptions(AlgorithmOptions):
@@ -36,9 +37,11 @@ class FairGFLOptions(AlgorithmOptions):
     eps_e: float = Field(1.0, gt=0.0, description="link budget per node pair (Table V pins 1)")
     levels: int = Field(10, ge=2, description="L, the quantisation levels of the feature "
                         "mechanism (UNKNOWN-DEFAULT)")
-    feature_mechanism: Literal["exponential", "grr_quantized"] = Field(
-        "exponential", description="RECONSTRUCTED Eq. 21: a discretised exponential mechanism "
-        "over the L levels, or unbiased rounding to a level then L-ary randomised response")
+    feature_mechanism: FeatureMechanism = Field(
+        "grr_quantized", description="RECONSTRUCTED Eq. 21: grr_quantized (unbiased rounding to "
+        "one of the L levels, then L-ary randomised response; exactly eps_v-LDP) or "
+        "exponential (the spec's discretised exponential mechanism: eps_v-LDP but only "
+        "eps_v/2 tight, and at eps_v=4 every node matches every other, docs/privacy.md)")
     permanent: bool = Field(True, description="permanent randomised response (App. F-A): each "
                             "node's encoding and each pair's bit privatised once and re-sent")
     sparsify: bool = Field(True, description="the sparsity correction of Theorem V.3 on the "
@@ -48,10 +51,10 @@ class FairGFLOptions(AlgorithmOptions):
                               "on the public nodes as the tau_quantile of the distances between "
                               "two privatisations of the same node")
     tau_quantile: float = Field(0.95, gt=0.0, lt=1.0)
-    link_scaling: Literal["linear", "quadratic"] = Field(
+    link_scaling: LinkScaling = Field(
         "linear", description="RECONSTRUCTED Theorem V.5: l_ij n_j/b_j (the paper's proof logic) "
         "or l_ij (n_j/b_j)^2 (pure pair-sampling arithmetic)")
-    accumulate: Literal["ema", "running_mean"] = Field(
+    accumulate: Accumulation = Field(
         "ema", description="RECONSTRUCTED: R_t = kappa R_(t-1) + (1-kappa) R~_t (Table III's "
         "decayed values support it, §7.1-4) or the mean of all observations")
     kappa: float = Field(0.9, ge=0.0, lt=1.0, description="the accumulated weight (UNKNOWN)")
@@ -60,7 +63,7 @@ class FairGFLOptions(AlgorithmOptions):
                                    "uniform weights (ablation)")
     gamma: float = Field(0.5, ge=0.0, le=1.0, description="coupling weight of node vs link "
                          "overlap in Eq. 24 (UNKNOWN-DEFAULT)")
-    weight_rule: Literal["inv_one_plus_sum", "inv_one_plus_mean", "one_minus"] = Field(
+    weight_rule: FairWeighting = Field(
         "inv_one_plus_sum", description="RECONSTRUCTED Eq. 25: p_i proportional to "
         "1/(1+(N-1)o_i) (Theorem D.1), 1/(1+o_i), or 1-o_i")
     size_aware: bool = Field(False, description="multiply the weights by the clients' sizes "

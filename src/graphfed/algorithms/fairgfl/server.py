@@ -20,9 +20,17 @@ from torch import Tensor
 
 from graphfed.algorithms.averaging.fedavg import FedAvgServer
 from graphfed.algorithms.fairgfl.encoder import encoder_message, train_encoder
-from graphfed.algorithms.fairgfl.options import ENCODINGS, LINKS, LOSS, FairGFLOptions
+from graphfed.algorithms.fairgfl.options import (
+    ENCODINGS,
+    EPS_LINK,
+    EPS_NODE,
+    LINKS,
+    LOSS,
+    FairGFLOptions,
+)
 from graphfed.errors import GraphfedError
 from graphfed.mechanisms import overlap, privacy
+from graphfed.metrics import spearman
 from graphfed.protocol import NUM_SAMPLES, Message, MessageError, Setup, spec_of
 
 
@@ -31,47 +39,49 @@ class FairGFLServer(FedAvgServer):
 
     def __init__(self, setup: Setup):
         super().__init__(setup)
-        if not setup.client_sizes:
-            raise GraphfedError("fairgfl needs every client's node count from the partition")
+        if setup.public is None:
+            raise GraphfedError("fairgfl trains its encoder on a public node pool the server "
+                                "holds; use partition=fairgfl_overlap with a positive "
+                                "partition.public_fraction")
         self.options: FairGFLOptions = setup.options
-        self.estimates = overlap.empty_estimates(setup.num_clients)
-        self.tau = torch.tensor(self.options.tau or 0.0, dtype=torch.float64)
+        self.estimates = overlap.empty_overlap_state(setup.num_clients)
+        self.tau = float(self.options.tau or 0.0)
         self.last: dict = {}
 
     # ------------------------------------------------------------ setup: the public encoder
     def configure_setup(self, clients):
-        public = self.setup.public
-        if public is None:
-            raise GraphfedError("fairgfl trains its encoder on a public node pool the server "
-                                "holds; use partition=fairgfl_overlap (partition.public_fraction "
-                                "> 0)")
         o = self.options
-        model = train_encoder(public.graph.x.float(), o)
+        x = self.setup.public.graph.x.float()
+        model = train_encoder(x, o)
         if o.tau is None:
+            generator = torch.Generator().manual_seed(int(torch.randint(2**62, ())))
             with torch.no_grad():
-                codes = model.encode(public.graph.x.float())
-            self.tau = torch.tensor(overlap.calibrate_tau(
-                codes, o.eps_v, o.levels, o.feature_mechanism, o.tau_quantile),
-                dtype=torch.float64)
+                codes = model.encode(x)
+            self.tau = overlap.calibrate_threshold(
+                codes, lambda c: privacy.privatise_features(
+                    c, o.eps_v, generator, o.feature_mechanism, levels=o.levels),
+                o.tau_quantile)
         message = Message(encoder_message(model))
         return {c: message for c in clients}
 
     # ------------------------------------------------------------ rounds
     def batch_size(self, client: int) -> int:
+        """b_i = min(b, n_i), n_i from the partition (§7.5 F4)."""
         return min(self.options.batch_nodes, self.setup.client_sizes[client].nodes)
 
     def reply_spec(self, client):
         b = self.batch_size(client)
         spec = spec_of(self.params)
         spec[ENCODINGS] = ((b, self.options.code_dim), torch.float32)
-        spec[LINKS] = ((privacy.packed_size(b),), torch.uint8)
-        return spec, (NUM_SAMPLES, LOSS)
+        spec[LINKS] = ((math.ceil(b * b / 8),), torch.uint8)
+        return spec, (NUM_SAMPLES, LOSS, EPS_NODE, EPS_LINK)
 
     def check_reply(self, client, message):
-        loss = message.scalars[LOSS]
-        if isinstance(loss, bool) or loss < 0:
-            raise MessageError(f"client {client}: {LOSS} must be a non-negative loss, "
-                               f"got {loss!r}")
+        for name in (LOSS, EPS_NODE, EPS_LINK):
+            value = message.scalars[name]
+            if isinstance(value, bool) or value < 0:
+                raise MessageError(f"client {client}: {name} must be a non-negative number, "
+                                   f"got {value!r}")
 
     def aggregate_fit(self, rnd, replies):
         if not replies:
@@ -80,56 +90,79 @@ class FairGFLServer(FedAvgServer):
         ids = sorted(replies)
         self._estimate(ids, replies)
         models = [{k: replies[c].tensors[k] for k in self.params} for c in ids]
+        losses = [float(replies[c].scalars[LOSS]) for c in ids]
         weights = self._weights(ids, replies)
         half = self.average(models, weights, self.params)
-        worst = max(ids, key=lambda c: float(replies[c].scalars[LOSS]))
-        self.params = overlap.max_loss_step(half, self.params, models[ids.index(worst)],
-                                            o.lambda_maxloss)
-        self.last = {"clients": ids, "weights": weights, "worst_client": worst}
+        self.params = overlap.max_loss_step(half, self.params, models, losses, o.lambda_maxloss)
+        self.last = {"clients": ids, "weights": [round(w, 6) for w in weights],
+                     "worst_client": ids[max(range(len(ids)), key=losses.__getitem__)],
+                     "eps_node": max(float(replies[c].scalars[EPS_NODE]) for c in ids),
+                     "eps_link": max(float(replies[c].scalars[EPS_LINK]) for c in ids)}
 
     def _estimate(self, ids: list[int], replies) -> None:
-        """Step 3: every pair of this round's clients, both ways, folded into the
-        accumulated estimates."""
+        """Step 3: every ordered pair of this round's clients, folded into the accumulated
+        estimates."""
         o = self.options
-        batches = {c: (replies[c].tensors[ENCODINGS],
-                       privacy.unpack_bits(replies[c].tensors[LINKS], self.batch_size(c)))
-                   for c in ids}
-        sizes = {c: self.setup.client_sizes[c].nodes for c in ids}
-        fresh = overlap.round_estimates(batches, sizes, float(self.tau), o.link_scaling)
-        overlap.accumulate(self.estimates, fresh, o.accumulate, o.kappa)
+        encodings = [replies[c].tensors[ENCODINGS] for c in ids]
+        links = [privacy.unpack_bits(replies[c].tensors[LINKS], self.batch_size(c)) for c in ids]
+        sizes = [self.setup.client_sizes[c].nodes for c in ids]
+        node, link = overlap.round_overlaps(encodings, links, sizes, self.tau, o.link_scaling)
+        self.estimates = overlap.accumulate_overlaps(self.estimates, ids, node, link,
+                                                     o.accumulate, o.kappa)
 
-    def overall(self) -> Tensor:
-        """o_i of every client (Eq. 24), from the estimates or, as an oracle, the truth."""
-        truth = self.setup.overlap_truth
-        if self.options.oracle_overlaps:
-            if truth is None:
-                raise GraphfedError("fairgfl.oracle_overlaps needs a partition that knows its "
-                                    "true overlaps (partition=fairgfl_overlap)")
-            return overlap.overall_overlap(truth["node"], truth["link"], self.options.gamma)
+    def estimated(self) -> Tensor:
+        """o_i of every client (Eq. 24) from the accumulated estimates."""
         return overlap.overall_overlap(self.estimates["node"], self.estimates["link"],
                                        self.options.gamma)
 
+    def true_overall(self) -> Tensor | None:
+        """o_i from the partition's true ratios (known only to a simulation)."""
+        truth = self.setup.overlap_truth
+        if truth is None:
+            return None
+        return overlap.overall_overlap(truth["node"], truth["link"], self.options.gamma)
+
     def _weights(self, ids: list[int], replies) -> list[float]:
         o = self.options
-        if not o.fair_aggregation:
-            return self.weights(replies) if o.size_aware else [1.0] * len(ids)
         sizes = [float(replies[c].scalars[NUM_SAMPLES]) for c in ids] if o.size_aware else None
-        p = overlap.fair_weights(self.overall()[ids], self.setup.num_clients, o.weight_rule,
-                                 sizes)
-        return p.tolist()
+        if not o.fair_aggregation:
+            return sizes or [1.0] * len(ids)
+        overall = self.true_overall() if o.oracle_overlaps else self.estimated()
+        if overall is None:
+            raise GraphfedError("fairgfl.oracle_overlaps needs a partition that knows its true "
+                                "overlaps (partition=fairgfl_overlap)")
+        return overlap.fair_weights(overall[ids], self.setup.num_clients, o.weight_rule,
+                                    sizes).tolist()
 
     def round_metrics(self):
         if not self.last:
             return {}
-        out = {**self.last, "overlap_estimated": _rounded(self.overall()),
-               "tau": float(self.tau)}
-        truth = self.setup.overlap_truth
-        if truth is not None:
-            true = overlap.overall_overlap(truth["node"], truth["link"], self.options.gamma)
+        estimated = self.estimated()
+        out = {**self.last, "tau": self.tau, "overlap_estimated": _rounded(estimated)}
+        true = self.true_overall()
+        if true is not None:
             out["overlap_true"] = _rounded(true)
-            out.update(overlap.estimation_quality(self.estimates, truth))
+            out.update(estimation_quality(estimated, true, self.estimates["node"],
+                                          self.setup.overlap_truth["node"]))
         return out
 
 
+def estimation_quality(estimated: Tensor, true: Tensor, node_estimates: Tensor,
+                       node_truth: Tensor) -> dict[str, float]:
+    """How well the estimates track the truth: the mean absolute error of the pairwise node
+    ratios R_ij, the rank correlation of the clients' overall ratios o_i, and how well o_i
+    separates clients that overlap from those that do not (the share of (overlapping,
+    non-overlapping) pairs ranked correctly: an AUC; absent when either group is empty)."""
+    off = ~torch.eye(len(node_truth), dtype=torch.bool)
+    out = {"node_ratio_mae": float((node_estimates - node_truth.double()).abs()[off].mean()),
+           "overlap_rank_corr": spearman(estimated.tolist(), true.tolist())}
+    shared, alone = estimated[true > 0], estimated[true == 0]
+    if len(shared) and len(alone):
+        above = (shared.view(-1, 1) > alone.view(1, -1)).double()
+        ties = (shared.view(-1, 1) == alone.view(1, -1)).double()
+        out["separation_auc"] = float((above + ties / 2).mean())
+    return out
+
+
 def _rounded(values: Tensor) -> list[float]:
-    return [round(float(v), 6) if math.isfinite(float(v)) else None for v in values]
+    return [round(float(v), 6) for v in values]
