@@ -30,13 +30,17 @@ The local loss (``client.py:train``) is CE + l1·Σ‖M‖₁ over the masks + l
 over the weight tensors t, the last from the first round a client was sent weights on (the code
 skips it in round 0). The code builds both terms from ``model.state_dict()``, whose tensors are
 detached, so they add nothing to its gradients: it trains on CE alone (its prune threshold
-still reads l1). Here the terms carry their gradients, the method the paper describes; ``l1=0
-loc_l2=0`` trains as the code does. Adam's weight decay reaches the masks, as in the code.
-
-Simplified against the code: every tensor travels dense. The code does so too; the sparse
-masks' communication saving the spec's baseline row mentions ("partial updates") is not
-realised, here or there. The code's clients evaluate the model they just trained
+still reads l1). Here the terms carry their gradients, as the code's loss is evidently meant to
+and as the spec's baseline row describes it (the FED-PUB paper is not staged to check its
+equation); ``l1=0 loc_l2=0`` trains as the code does. Adam's weight decay reaches the masks, as
+in the code. The code's clients are evaluated with the model they just trained
 (``rnd_local_test_acc``, read by ``evaluations/visualizer.py``), the default here.
+
+Not done, or done otherwise: every tensor travels dense, as in the code, so the communication
+the sparse masks could save (the spec's "partial updates") is not saved. With
+``mask_init=glorot`` every client starts from the same masks (θ⁰), where the code's clients
+draw their own. The run's ``model.hidden`` (graphfed's default 64) sets the width; the code's
+is 128.
 """
 
 from __future__ import annotations
@@ -105,7 +109,8 @@ class FedPubOptions(AlgorithmOptions):
 
 def fed_pub_model(level: str, in_dim: int, num_classes: int, opts: ModelOptions,
                   options: FedPubOptions) -> MaskedGCN:
-    """The masked GCN at the run's hidden width (the code: 128) and dropout (0.5)."""
+    """The masked GCN at the run's ``model.hidden`` (the code: 128) and ``model.dropout`` (the
+    code: 0.5); ``model.name`` and ``model.layers`` do not apply (the code's shape is fixed)."""
     return MaskedGCN(in_dim, opts.hidden, num_classes, opts.dropout, options.mask_init,
                      options.prune_threshold)
 
