@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 import torch
+import yaml
 from torch.func import functional_call
 from typer.testing import CliRunner
 
@@ -163,6 +164,17 @@ def test_artifacts_load_safely_and_older_ones_without_the_new_fields_still_do(co
     assert loaded.public_ids is None and loaded.overlap is None
     data = materialize(cora, loaded)
     assert data.public is None and data.overlap is None and data.num_clients == 5
+
+
+def test_a_resolved_config_reads_back_as_the_same_partition(tmp_path):
+    """config.yaml holds every option (a resume reads it back): a grouped split's must not
+    read as one that sets both a coefficient and groups."""
+    for extra in ([], [f"partition.overlap_groups={json.dumps(THIRDS)}"]):
+        config = load_config(None, ["dataset=Cora", "partition=fairgfl_overlap", *extra])
+        (tmp_path / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+        assert load_config(tmp_path / "config.yaml").partition == config.partition
+    assert config.partition.coefficient is None
+    assert load_config(None, ["partition=fairgfl_overlap"]).partition.coefficient == 2.0
 
 
 BAD = [

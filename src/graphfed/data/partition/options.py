@@ -256,6 +256,9 @@ class OverlapGroup(BaseModel):
     coefficient: float = Field(ge=0.0, description="the group's overlap coefficient c")
 
 
+DEFAULT_COEFFICIENT = 2.0
+
+
 class FairGFLOverlapPartition(PartitionBase):
     """FairGFL's overlapping subgraphs (``overlap.overlap_plan``): a global test set and a public
     pool held out, a Dirichlet label-skew share of the rest to exactly one client each, and an
@@ -276,8 +279,10 @@ class FairGFLOverlapPartition(PartitionBase):
                                  "nodes that form the overlapping pool")
     alpha: float = Field(0.5, gt=0.0, description="Dirichlet concentration of the label skew "
                          "(non-overlapping nodes and pool shares alike)")
-    coefficient: float = Field(2.0, ge=0.0, description="overlap coefficient c: each pool node "
-                               "is held by about c clients on average")
+    coefficient: float | None = Field(
+        None, ge=0.0, description="overlap coefficient c: each pool node is held by about c "
+        f"clients on average ({DEFAULT_COEFFICIENT} unless overlap_groups give each group its "
+        "own)")
     overlap_groups: list[OverlapGroup] | None = Field(
         None, min_length=1, description="clients in order split into groups, each with its own "
         "coefficient (instead of one coefficient); fractions sum to 1")
@@ -295,9 +300,11 @@ class FairGFLOverlapPartition(PartitionBase):
             total = sum(g.fraction for g in self.overlap_groups)
             if abs(total - 1.0) > 1e-6:
                 raise ValueError(f"overlap_groups fractions must sum to 1, got {total:g}")
-            if "coefficient" in self.model_fields_set:
+            if self.coefficient is not None:
                 raise ValueError("set coefficient or overlap_groups, not both (each group has "
                                  "its own coefficient)")
+        elif self.coefficient is None:  # resolved here, so the run's config.yaml records it
+            self.coefficient = DEFAULT_COEFFICIENT
         return self
 
     def coefficients(self, num_clients: int) -> np.ndarray:
