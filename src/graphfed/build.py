@@ -27,7 +27,7 @@ from graphfed.data.federated import (
 )
 from graphfed.mechanisms.attacks import choose_attackers
 from graphfed.models.gnn import build_model
-from graphfed.protocol import Client, ClientContext, ClientSize, Setup
+from graphfed.protocol import SERVER_DEVICE, Client, ClientContext, ClientSize, Setup
 from graphfed.runtime.attack import AttackingClient
 from graphfed.seeding import preserved_rngs
 from graphfed.training import PreparedClient, Trainer, prepare_client
@@ -121,12 +121,23 @@ def client_sizes(data: FederatedData) -> tuple[ClientSize, ...]:
     return tuple(ClientSize(c.num_samples("train"), c.num_nodes) for c in data.clients)
 
 
+def _prepared(config: ExperimentConfig, trainer: Trainer, data: ClientData | None,
+              device: torch.device) -> PreparedClient | None:
+    return None if data is None else prepare_client(data, trainer.model, device,
+                                                    config.sampling)
+
+
 def prepare_global_test(config: ExperimentConfig, trainer: Trainer,
                         global_test: ClientData | None) -> PreparedClient | None:
     """The shared global test set on the trainer's device, when the partition has one."""
-    if global_test is None:
-        return None
-    return prepare_client(global_test, trainer.model, trainer.device, config.sampling)
+    return _prepared(config, trainer, global_test, trainer.device)
+
+
+def prepare_public(config: ExperimentConfig, trainer: Trainer,
+                   public: ClientData | None) -> PreparedClient | None:
+    """The partition's public node pool on ``SERVER_DEVICE``, when it has one: the server's own
+    data (``Setup.public``), kept where the server keeps its state."""
+    return _prepared(config, trainer, public, SERVER_DEVICE)
 
 
 def client_context(config: ExperimentConfig, trainer: Trainer, client_id: int,

@@ -21,7 +21,12 @@ Run level, for ``s`` in ``val``, ``test``:
   correct samples (summed losses) over all their samples;
 * ``s_minority_acc``: the mean over the clients that have minority samples; a client without any
   is left out, not counted as 0 or 1; ``s_minority_acc_pooled``: all clients' correct minority
-  samples over all their minority samples.
+  samples over all their minority samples;
+* ``train_loss_deployed`` and its ``_std``, ``_var``, ``_entropy`` (whenever records carry it):
+  the fairness of the deployed models across the clients, as q-FFL (Li et al. 2020) and FairGFL
+  (Zhou et al. 2025, Sec. VII-A) measure it on the clients' *training* losses F_i, over every
+  client evaluated: the mean F̄, the population variance (1/N) Σ (F_i − F̄)² (lower is fairer)
+  and the entropy −Σ p_i log p_i of p_i = F_i / Σ_j F_j (higher is fairer, at most log N).
 """
 
 from __future__ import annotations
@@ -73,6 +78,9 @@ def summarise(records: list[dict]) -> dict:
     on_global = [r for r in records if "global_acc" in r]
     if on_global:
         out["client_global_test_acc"] = client_mean(on_global, "global_acc")
+    deployed = [r for r in records if "train_loss_deployed" in r]
+    if deployed:
+        out.update(client_summary(deployed, "train_loss_deployed"))
     val = [r for r in records if "val_acc" in r]
     if val:
         out["val_acc"] = client_mean(val, "val_acc")

@@ -29,6 +29,7 @@ from graphfed.build import (
     client_sizes,
     federated_data,
     prepare_global_test,
+    prepare_public,
     resolve_device,
 )
 from graphfed.config import ConfigError, ExperimentConfig, load_config
@@ -46,7 +47,9 @@ from graphfed.tensors import move_tensors
 from graphfed.training import PreparedClient, Trainer
 
 FINAL_KEYS = ("test_acc", "test_acc_std", "test_macro_f1", "test_loss", "val_acc",
-              "global_test_acc", "global_test_macro_f1", "client_global_test_acc",
+              "global_test_acc", "global_test_macro_f1", "global_test_loss",
+              "client_global_test_acc", "train_loss_deployed", "train_loss_deployed_std",
+              "train_loss_deployed_var", "train_loss_deployed_entropy",
               "test_acc_var", "test_acc_entropy", "test_loss_var", "test_loss_entropy",
               "test_acc_pooled", "test_minority_acc", "test_minority_acc_pooled", "val_loss",
               "val_acc_pooled", "val_loss_pooled")
@@ -94,7 +97,8 @@ class Federation:
         if params is not None and self.global_test is not None:
             on_device = move_tensors(params, self.trainer.device)  # the server's are on the CPU
             g = self.trainer.evaluate(on_device, self.global_test, ("test",))["test"]
-            out["global_test_acc"], out["global_test_macro_f1"] = g["acc"], g["macro_f1"]
+            out.update(global_test_acc=g["acc"], global_test_macro_f1=g["macro_f1"],
+                       global_test_loss=g["loss"])
         out["clients"] = per_client
         out["eval_seconds"] = time.perf_counter() - start
         return out
@@ -112,7 +116,9 @@ def build_federation(config: ExperimentConfig, seed: int,
                                                 data.num_classes, data.num_clients,
                                                 resolve_device(config.device))
     global_test = prepare_global_test(config, trainer, data.global_test)
-    server = algorithm.server(replace(setup.on(SERVER_DEVICE), client_sizes=client_sizes(data)))
+    server = algorithm.server(replace(
+        setup.on(SERVER_DEVICE), client_sizes=client_sizes(data),
+        public=prepare_public(config, trainer, data.public), overlap_truth=data.overlap))
     if make_runtime is not None:
         runtime = make_runtime(server, config, seed, data)
         return Federation(config, seed, data, trainer, runtime, global_test)

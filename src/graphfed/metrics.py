@@ -60,12 +60,15 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
 
 
 def variance(values: Sequence[float]) -> float:
-    """Variance across clients (q-FFL's fairness measure; lower is fairer)."""
+    """Population variance (1/N) Σ (v_i − v̄)² across clients (q-FFL's fairness measure;
+    lower is fairer)."""
     return float(torch.tensor(values, dtype=torch.float64).var(unbiased=False))
 
 
 def entropy(values: Sequence[float]) -> float:
-    """Entropy of the values normalised to a distribution (higher is more uniform, fairer)."""
+    """−Σ p_i log p_i of the values normalised to a distribution, p_i = v_i / Σ_j v_j (natural
+    log, so at most log N for N values; higher is more uniform, fairer); negative values count
+    as 0, and NaN when nothing is left."""
     t = torch.tensor(values, dtype=torch.float64).clamp_min(0)
     if t.sum() <= 0:
         return float("nan")

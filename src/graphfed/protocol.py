@@ -143,10 +143,13 @@ class ClientSize:
 
 @dataclass
 class Setup:
-    """What both sides know before training: the run's shape, not anyone's data.
+    """What both sides know before training: the run's shape, not a client's data.
 
-    ``client_sizes`` is the server's alone (every client's ``ClientSize``, by client id); a
-    client's copy leaves it empty."""
+    The server's alone (a client's copy leaves them empty): ``client_sizes``, every client's
+    ``ClientSize`` by client id; ``public``, data the server itself holds: the partition's
+    public node pool (on ``SERVER_DEVICE``), never a client's; ``overlap_truth``, the
+    partition's true overlap ratios (``"node"``/``"link"``, N×N), which only an operator
+    simulating the federation knows: used by oracle ablations and to score estimates."""
 
     level: str
     num_clients: int
@@ -157,6 +160,8 @@ class Setup:
     batch_size: int | None = None
     aggregation: AggregationOptions = field(default_factory=AggregationOptions)  # averaging's rule
     client_sizes: tuple[ClientSize, ...] = ()
+    public: PreparedClient | None = None
+    overlap_truth: dict[str, Tensor] | None = None
 
     def on(self, device: torch.device | str) -> Setup:
         """This setup with the initial model on ``device`` (the server's copy lives on

@@ -53,25 +53,35 @@ def partition(
     rows = client_stats(data)
     shared = (None if data.global_test is None
               else label_counts(data.global_test, data.num_classes))  # a skewed one shows here
+    public = (None if data.public is None
+              else label_counts(data.public, data.num_classes))  # the server's own nodes
     if as_json:
         console.print_json(json.dumps({"partition_id": data.partition_id, "clients": rows,
-                                       "global_test_label_counts": shared}))
+                                       "global_test_label_counts": shared,
+                                       "public_label_counts": public}))
     else:
         unit = "nodes" if data.level == "node" else "graphs"
         table = Table(title=f"{data.dataset}: {data.num_clients} clients, partition "
                             f"{data.partition_id}")
+        overlaps = [k for k in ("node_overlap", "link_overlap") if k in rows[0]]
         for col in ("client", unit, "train/val/test", "edges", "labels", "homophily",
-                    "lost edges"):
+                    "lost edges", *(k.replace("_", " ") for k in overlaps)):
             table.add_column(col, justify="right")
         for r in rows:
             table.add_row(str(r["client"]), str(r["samples"]),
                           f"{r['train']}/{r['val']}/{r['test']}", str(r["edges"]),
                           " ".join(str(c) for c in r["label_counts"]), fmt(r["homophily"]),
-                          str(r["lost_edges"]))
+                          str(r["lost_edges"]), *(fmt(r[k]) for k in overlaps))
         console.print(table)
         if shared is not None:
             console.print(f"global test set: {sum(shared)} {unit}, labels "
                           f"{' '.join(map(str, shared))}")
+        if public is not None:
+            console.print(f"server's public pool: {sum(public)} {unit}, labels "
+                          f"{' '.join(map(str, public))}")
+        if overlaps:
+            console.print("node/link overlap: a client's true mean share of its nodes/links "
+                          "that each other client also holds (FairGFL Eqs. 8, 10)")
     if plot is not None:
         plot_label_distribution(data, plot)
         console.print(f"plot: {plot}")

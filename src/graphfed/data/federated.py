@@ -1,8 +1,9 @@
 """Federated data: a dataset split into clients, saved as an artifact keyed by every parameter.
 
 The artifact stores ids, not features: each client's global node (or graph) ids, the split of
-each id, the global test ids and any perturbed edges. ``materialize`` rebuilds the clients from the
-dataset, so a run can reload exactly the same partition cheaply.
+each id, the global test ids and any perturbed edges, and, where a partition makes them, the
+server's public node ids and the clients' true overlap ratios. ``materialize`` rebuilds the
+clients from the dataset, so a run can reload exactly the same partition cheaply.
 """
 
 from __future__ import annotations
@@ -84,6 +85,8 @@ class PartitionArtifact:
     global_test_ids: torch.Tensor
     perturbed_edges: list[dict[int, torch.Tensor]] = field(default_factory=list)
     edge_relabel: torch.Tensor | None = None  # node-level: the split graph's edges were renumbered
+    public_ids: torch.Tensor | None = None  # node-level: the nodes the server itself holds
+    overlap: dict[str, torch.Tensor] | None = None  # true pairwise overlap ratios, if any
 
 
 @dataclass
@@ -95,6 +98,8 @@ class FederatedData:
     clients: list[ClientData]
     global_test: ClientData | None
     partition_id: str
+    public: NodeClient | None = None  # the server's own nodes (all TRAIN); never a client's
+    overlap: dict[str, torch.Tensor] | None = None  # "node"/"link": N×N true overlap ratios
 
     @property
     def num_clients(self) -> int:
@@ -144,7 +149,8 @@ def build_partition(data: GraphDataset, options: PartitionBase, num_clients: int
                  if options.edge_flip is not None else [])
     return PartitionArtifact(partition_id(params), params, data.level, plan.client_ids,
                              plan.client_splits, plan.global_test, perturbed,
-                             edge_relabel=plan.edge_relabel)
+                             edge_relabel=plan.edge_relabel, public_ids=plan.public_ids,
+                             overlap=plan.overlap)
 
 
 def item_labels(data: GraphDataset) -> torch.Tensor:
@@ -242,6 +248,9 @@ def materialize(data: GraphDataset, artifact: PartitionArtifact) -> FederatedDat
                                           strict=True)]
         global_test = (_node_client(graph, test_ids, torch.full_like(test_ids, 2))
                        if len(test_ids) else None)
+        public_ids = artifact.public_ids
+        public = (_node_client(graph, public_ids, torch.full_like(public_ids, TRAIN))
+                  if public_ids is not None and len(public_ids) else None)
     else:
         flips = artifact.perturbed_edges or [{} for _ in artifact.client_ids]
         clients = [_graph_client(data.graphs, ids, splits, f)
@@ -249,5 +258,6 @@ def materialize(data: GraphDataset, artifact: PartitionArtifact) -> FederatedDat
                                              flips, strict=True)]
         global_test = (_graph_client(data.graphs, test_ids, torch.full_like(test_ids, 2), {})
                        if len(test_ids) else None)
+        public = None
     return FederatedData(data.name, data.level, data.num_features, data.num_classes, clients,
-                         global_test, artifact.id)
+                         global_test, artifact.id, public, artifact.overlap)

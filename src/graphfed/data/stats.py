@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 
 from graphfed.data.federated import SPLITS, ClientData, FederatedData, NodeClient
+from graphfed.data.partition.overlap_ratios import mean_overlap
 
 
 def edge_homophily(edge_index: torch.Tensor, y: torch.Tensor) -> float:
@@ -23,11 +24,17 @@ def label_counts(client: ClientData, num_classes: int) -> list[int]:
 
 
 def client_stats(data: FederatedData) -> list[dict]:
+    """One row per client; with ``node_overlap``/``link_overlap`` (its true mean overlap with
+    the others, r_i and l_i) where the partition makes clients overlap."""
+    overlap = ({} if data.overlap is None else
+               {f"{kind}_overlap": mean_overlap(ratios).tolist()
+                for kind, ratios in data.overlap.items()})
     rows = []
     for i, client in enumerate(data.clients):
         counts = label_counts(client, data.num_classes)
         row = {"client": i, "samples": sum(counts), "label_counts": counts,
-               **{s: client.num_samples(s) for s in SPLITS}}
+               **{s: client.num_samples(s) for s in SPLITS},
+               **{key: values[i] for key, values in overlap.items()}}
         if isinstance(client, NodeClient):
             g = client.graph
             row.update(edges=g.edge_index.size(1) // 2,

@@ -5,8 +5,8 @@ Graph-based personalised FL builds W from how alike the clients' models are: Fed
 al., AAAI 2021) from an attention function of their distances or cosines, pFedGraph (Ye et al.,
 ICML 2023) by projecting onto the probability simplex, GPFL from a learned client network. The
 pieces here are the ones they share: models as rows of one float64 matrix, their Gram matrix
-(cosines, squared distances), the mix Σ_j W_ij θ_j over parameter dicts, and the simplex
-projection.
+(cosines, squared distances), softmax weights of scaled cosines, the mix Σ_j W_ij θ_j over
+parameter dicts, and the simplex projection.
 
 Every product is one matrix product (``V @ V.T``, ``W @ V``). MKL's strict reproducibility mode,
 which importing graphfed turns on, gives the same bits for it whatever the thread count. A long
@@ -49,6 +49,17 @@ def cosine_similarities(vectors: Tensor, eps: float = NORM_EPS) -> Tensor:
     g = gram(vectors)
     norms = g.diagonal().clamp_min(0.0).sqrt().clamp_min(eps)
     return g / (norms[:, None] * norms[None, :])
+
+
+def exp_similarity_weights(cosines: Tensor, scale: float, include_self: bool = True) -> Tensor:
+    """Row i: exp(scale·cos_ij) / Σ_k exp(scale·cos_ik), a softmax (the codes' exp/sum without
+    its overflow), over every j or, without ``include_self``, over j ≠ i (row i then needs
+    another client). FED-PUB weighs its personalised aggregation so (``server.py``, τ =
+    ``norm_scale``), and GPFL's copy of FedAMP its cloud models over the other clients."""
+    logits = scale * cosines.to(torch.float64)
+    if not include_self:
+        logits.fill_diagonal_(float("-inf"))
+    return logits.softmax(dim=1)
 
 
 def squared_distances(vectors: Tensor) -> Tensor:

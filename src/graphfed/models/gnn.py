@@ -64,14 +64,18 @@ def _conv(name: str, d_in: int, d_out: int, opts: ModelOptions, last: bool) -> n
     raise ValueError(f"no message-passing layer named {name!r}")
 
 
-def _prepare_edges(name: str, graph: Data) -> Data:
-    """A copy of ``graph`` whose edges are ready for the layer type: GCN gets its normalised,
-    self-looped edges and weights (per-graph, so still valid after slicing a batch by graph)."""
+def gcn_normalised(graph: Data) -> Data:
+    """A copy of ``graph`` with GCN's self-looped, symmetrically normalised edges and weights
+    (per-graph, so still valid after slicing a batch by graph)."""
     out = graph.clone()
-    if name == "gcn":
-        out.edge_index, out.edge_weight = gcn_norm(graph.edge_index, None, graph.num_nodes,
-                                                   add_self_loops=True)
+    out.edge_index, out.edge_weight = gcn_norm(graph.edge_index, None, graph.num_nodes,
+                                               add_self_loops=True)
     return out
+
+
+def _prepare_edges(name: str, graph: Data) -> Data:
+    """A copy of ``graph`` whose edges are ready for the layer type (GCN: normalised)."""
+    return gcn_normalised(graph) if name == "gcn" else graph.clone()
 
 
 def _propagate_inputs(name: str, edge_index: Tensor, edge_weight: Tensor | None):

@@ -43,6 +43,7 @@ from graphfed.algorithms.personalized.network import NetworkServer
 from graphfed.algorithms.registry import Algorithm, register
 from graphfed.mechanisms.client_network import (
     cosine_similarities,
+    exp_similarity_weights,
     mix,
     squared_distances,
     stack,
@@ -72,8 +73,8 @@ def code_weights(cosines: Tensor, self_weight: float, scale: float) -> Tensor:
     k = cosines.shape[0]
     if k == 1:
         return torch.ones(1, 1, dtype=torch.float64)
-    logits = (scale * cosines.to(torch.float64)).fill_diagonal_(float("-inf"))
-    return ((1.0 - self_weight) * logits.softmax(dim=1)).fill_diagonal_(self_weight)
+    others = exp_similarity_weights(cosines, scale, include_self=False)
+    return ((1.0 - self_weight) * others).fill_diagonal_(self_weight)
 
 
 def paper_weights(sq_distances: Tensor, alpha_k: float, sigma: float) -> Tensor:
@@ -88,7 +89,7 @@ class FedAMPServer(NetworkServer):
     """Weighs the clients by their updates' cosines (gpfl_code) or distances (paper); sends
     client i its cloud model u_i."""
 
-    def network(self, clients, models, sizes):
+    def network(self, clients, models, sizes, replies):
         o = self.setup.options
         if o.variant == "paper":
             return paper_weights(squared_distances(stack(models, self.names)), o.alpha_k,

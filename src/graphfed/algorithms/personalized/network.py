@@ -1,7 +1,8 @@
 """The server side of graph-based personalised FL: each round it weighs every pair of clients
-that replied (a row-stochastic matrix W inferred from their trained models) and sends client i
-what it mixes from the others' models by row i (``mechanisms.client_network``). FedAMP and
-pFedGraph differ in how they infer W and in what they send, not in this round.
+that replied (a row-stochastic matrix W inferred from their trained models, or from what else
+they upload) and sends client i what it mixes from the others' models by row i
+(``mechanisms.client_network``). FedAMP, pFedGraph and FED-PUB differ in how they infer W and in
+what they send, not in this round.
 
 What a client is sent waits for it in ``outbox`` until its next message (the pending-update
 pattern of ``PersonalClient``); a client that did not reply keeps what it was last given. W is
@@ -34,9 +35,11 @@ class NetworkServer(Server):
         self.last: dict = {}
 
     @abstractmethod
-    def network(self, clients: list[int], models: list[Params], sizes: Tensor) -> Tensor:
+    def network(self, clients: list[int], models: list[Params], sizes: Tensor,
+                replies: list[Message]) -> Tensor:
         """``[K, K]`` weights W among ``clients``, from their trained ``models`` and training
-        sizes (``NUM_SAMPLES``, which the runtime sets from the partition)."""
+        sizes (``NUM_SAMPLES``, which the runtime sets from the partition); ``replies`` holds
+        anything else they uploaded (FED-PUB's functional embeddings)."""
 
     @abstractmethod
     def messages(self, models: list[Params], weights: Tensor) -> list[dict[str, Tensor]]:
@@ -53,14 +56,19 @@ class NetworkServer(Server):
     def reply_spec(self, client):
         return spec_of(self.setup.initial_params), (NUM_SAMPLES,)
 
-    def aggregate_fit(self, rnd, replies):
-        if not replies:
-            return
+    def collect(self, replies: dict[int, Message]) -> tuple[list[int], list[Params], Tensor]:
+        """The clients that replied (sorted), their models and their training sizes."""
         clients = sorted(replies)
         models = [{k: replies[c].tensors[k] for k in self.names} for c in clients]
         sizes = torch.tensor([float(replies[c].scalars[NUM_SAMPLES]) for c in clients],
                              dtype=torch.float64)
-        weights = self.network(clients, models, sizes)
+        return clients, models, sizes
+
+    def aggregate_fit(self, rnd, replies):
+        if not replies:
+            return
+        clients, models, sizes = self.collect(replies)
+        weights = self.network(clients, models, sizes, [replies[c] for c in clients])
         self.outbox.update(zip(clients, self.messages(models, weights), strict=True))
         self.last = {"clients": clients, "weights": weights.tolist()}
 

@@ -108,7 +108,7 @@ def cosine_regulariser(lam: float, direction: Params) -> ExtraLoss:
 class PFedGraphServer(NetworkServer):
     """Infers the collaboration graph by the per-row QP; sends θ_i and c_i to client i."""
 
-    def network(self, clients, models, sizes):
+    def network(self, clients, models, sizes, replies):
         o = self.setup.options
         return graph_weights(cosine_similarities(self.updates(models)), sizes, o.alpha,
                              o.similarity_threshold)

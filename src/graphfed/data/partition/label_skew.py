@@ -11,6 +11,21 @@ import torch
 from graphfed.errors import GraphfedError
 
 
+def dirichlet_draw(y: np.ndarray, classes: np.ndarray, num_clients: int, alpha: float,
+                   rng: np.random.Generator) -> list[list[int]]:
+    """One Dirichlet label-skew draw: for each class of ``classes``, its positions in ``y``
+    shuffled and cut over the clients by proportions from Dir(alpha·1); every item to exactly
+    one client (which may be left empty)."""
+    parts: list[list[int]] = [[] for _ in range(num_clients)]
+    for c in classes:
+        items = rng.permutation(np.nonzero(y == c)[0])
+        proportions = rng.dirichlet(np.full(num_clients, alpha))
+        cuts = (np.cumsum(proportions)[:-1] * len(items)).astype(int)
+        for k, chunk in enumerate(np.split(items, cuts)):
+            parts[k].extend(chunk.tolist())
+    return parts
+
+
 def dirichlet_split(labels: torch.Tensor, num_clients: int, alpha: float,
                     rng: np.random.Generator, min_size: int = 1,
                     max_tries: int = 100) -> list[torch.Tensor]:
@@ -26,13 +41,7 @@ def dirichlet_split(labels: torch.Tensor, num_clients: int, alpha: float,
             f"dirichlet partition: {num_clients} clients x min_size {min_size} exceeds the "
             f"{len(y)} items available")
     for _ in range(max_tries):
-        parts: list[list[int]] = [[] for _ in range(num_clients)]
-        for c in classes:
-            items = rng.permutation(np.nonzero(y == c)[0])
-            proportions = rng.dirichlet(np.full(num_clients, alpha))
-            cuts = (np.cumsum(proportions)[:-1] * len(items)).astype(int)
-            for k, chunk in enumerate(np.split(items, cuts)):
-                parts[k].extend(chunk.tolist())
+        parts = dirichlet_draw(y, classes, num_clients, alpha, rng)
         if min(len(p) for p in parts) >= min_size:
             return [torch.tensor(sorted(p), dtype=torch.long) for p in parts]
     raise GraphfedError(

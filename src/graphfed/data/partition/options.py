@@ -18,6 +18,7 @@ from graphfed.data.partition.gpfl import gpfl_split, gpfl_toy_split
 from graphfed.data.partition.graph import gcfl_chunk_split, gcfl_code_split
 from graphfed.data.partition.label_skew import dirichlet_split, uniform_split
 from graphfed.data.partition.node import louvain_split, major_labels_split, metis_split
+from graphfed.data.partition.overlap import PoolDraw, group_coefficients, overlap_plan
 from graphfed.data.partition.plan import SplitPlan
 from graphfed.errors import GraphfedError
 from graphfed.validation import OPTIONS, Seed
@@ -246,15 +247,88 @@ class FedEgoLouvainPartition(PartitionBase):
                             self.delta, self.code_misalignment)
 
 
+class OverlapGroup(BaseModel):
+    """A share of the clients with its own overlap coefficient (FairGFL Sec. IV's none / low /
+    high overlap study; Table III's row C is a group of coefficient 0)."""
+
+    model_config = OPTIONS
+    fraction: float = Field(gt=0.0, le=1.0, description="share of the clients in the group")
+    coefficient: float = Field(ge=0.0, description="the group's overlap coefficient c")
+
+
+DEFAULT_COEFFICIENT = 2.0
+
+
+class FairGFLOverlapPartition(PartitionBase):
+    """FairGFL's overlapping subgraphs (``overlap.overlap_plan``): a global test set and a public
+    pool held out, a Dirichlet label-skew share of the rest to exactly one client each, and an
+    overlapping pool clients draw from independently. Every client node is a training node.
+    UNKNOWN-DEFAULT (the paper's values were stripped): test_fraction, overlap_ratio, alpha,
+    coefficient (spec §4, §7.5 F5); public_fraction 5 % (§7.5 F14)."""
+
+    levels: ClassVar[tuple[str, ...]] = ("node",)
+    own_global_test: ClassVar[str | None] = (
+        "fairgfl_overlap holds out partition.test_fraction as the global test set")
+    name: Literal["fairgfl_overlap"] = "fairgfl_overlap"
+    test_fraction: float = Field(0.2, gt=0.0, lt=1.0, description="global test nodes, held out "
+                                 "first")
+    public_fraction: float = Field(
+        0.05, ge=0.0, lt=1.0, description="nodes the server holds for its public encoder: in no "
+        "client and not in the global test set")
+    overlap_ratio: float = Field(0.3, ge=0.0, le=1.0, description="share ρ_o of the remaining "
+                                 "nodes that form the overlapping pool")
+    alpha: float = Field(0.5, gt=0.0, description="Dirichlet concentration of the label skew "
+                         "(non-overlapping nodes and pool shares alike)")
+    coefficient: float | None = Field(
+        None, ge=0.0, description="overlap coefficient c: each pool node is held by about c "
+        f"clients on average ({DEFAULT_COEFFICIENT} unless overlap_groups give each group its "
+        "own)")
+    overlap_groups: list[OverlapGroup] | None = Field(
+        None, min_length=1, description="clients in order split into groups, each with its own "
+        "coefficient (instead of one coefficient); fractions sum to 1")
+    pool_draw: PoolDraw = Field(
+        "per_label", description="RECONSTRUCTED: per_label (q_ℓ ~ Dir(α) over clients, "
+        "n_iℓ = c·|O_ℓ|·q_ℓi) or per_client (q_i ~ Dir(α) over labels, n_iℓ = c·|O|/N·q_iℓ)")
+
+    @model_validator(mode="after")
+    def _fractions_fit(self) -> FairGFLOverlapPartition:
+        if self.test_fraction + self.public_fraction >= 1:
+            raise ValueError(f"test_fraction {self.test_fraction} + public_fraction "
+                             f"{self.public_fraction} leave no node for the clients; keep "
+                             "their sum below 1")
+        if self.overlap_groups is not None:
+            total = sum(g.fraction for g in self.overlap_groups)
+            if abs(total - 1.0) > 1e-6:
+                raise ValueError(f"overlap_groups fractions must sum to 1, got {total:g}")
+            if self.coefficient is not None:
+                raise ValueError("set coefficient or overlap_groups, not both (each group has "
+                                 "its own coefficient)")
+        elif self.coefficient is None:  # resolved here, so the run's config.yaml records it
+            self.coefficient = DEFAULT_COEFFICIENT
+        return self
+
+    def coefficients(self, num_clients: int) -> np.ndarray:
+        """c_i of every client: its group's coefficient, or ``coefficient`` for all."""
+        if self.overlap_groups is None:
+            return np.full(num_clients, self.coefficient)
+        return group_coefficients([(g.fraction, g.coefficient) for g in self.overlap_groups],
+                                  num_clients)
+
+    def plan(self, graph, labels, num_clients, seed, rng):
+        return overlap_plan(graph, self.test_fraction, self.public_fraction, self.overlap_ratio,
+                            self.alpha, self.coefficients(num_clients), self.pool_draw, rng)
+
+
 PARTITIONS = {cls.model_fields["name"].default: cls for cls in (
     LouvainPartition, MetisPartition, MajorLabelsPartition, DirichletPartition, UniformPartition,
     GCFLChunkPartition, GCFLCodePartition, GPFLDirichletPartition, GPFLToyPartition,
-    FedEgoLabelPartition, FedEgoLouvainPartition)}
+    FedEgoLabelPartition, FedEgoLouvainPartition, FairGFLOverlapPartition)}
 
 PartitionOptions = Annotated[
     LouvainPartition | MetisPartition | MajorLabelsPartition | DirichletPartition
     | UniformPartition | GCFLChunkPartition | GCFLCodePartition | GPFLDirichletPartition
-    | GPFLToyPartition | FedEgoLabelPartition | FedEgoLouvainPartition,
+    | GPFLToyPartition | FedEgoLabelPartition | FedEgoLouvainPartition
+    | FairGFLOverlapPartition,
     Field(discriminator="name"),
 ]
 

@@ -12,9 +12,13 @@ TRAIN, VAL, TEST = 0, 1, 2
 
 @dataclass
 class SplitPlan:
-    """Global test ids, client ids and their split codes (TRAIN/VAL/TEST)."""
+    """Global test ids, client ids and their split codes (TRAIN/VAL/TEST); ``public_ids``: the
+    nodes the server holds itself (in no client, not tested); ``overlap``: the clients' true
+    pairwise overlap ratios (``overlap_ratios.true_overlap``) where clients share nodes."""
 
     global_test: torch.Tensor
     client_ids: list[torch.Tensor]
     client_splits: list[torch.Tensor]
     edge_relabel: torch.Tensor | None = None  # node ids of the graph that was split, if renumbered
+    public_ids: torch.Tensor | None = None
+    overlap: dict[str, torch.Tensor] | None = None
