@@ -152,10 +152,12 @@ def estimation_quality(estimated: Tensor, true: Tensor, node_estimates: Tensor,
     """How well the estimates track the truth: the mean absolute error of the pairwise node
     ratios R_ij, the rank correlation of the clients' overall ratios o_i, and how well o_i
     separates clients that overlap from those that do not (the share of (overlapping,
-    non-overlapping) pairs ranked correctly: an AUC; absent when either group is empty)."""
+    non-overlapping) pairs ranked correctly: an AUC); each absent while undefined."""
     off = ~torch.eye(len(node_truth), dtype=torch.bool)
-    out = {"node_ratio_mae": float((node_estimates - node_truth.double()).abs()[off].mean()),
-           "overlap_rank_corr": spearman(estimated.tolist(), true.tolist())}
+    out = {"node_ratio_mae": float((node_estimates - node_truth.double()).abs()[off].mean())}
+    corr = spearman(estimated.tolist(), true.tolist())
+    if math.isfinite(corr):  # undefined while either side is constant
+        out["overlap_rank_corr"] = corr
     shared, alone = estimated[true > 0], estimated[true == 0]
     if len(shared) and len(alone):
         above = (shared.view(-1, 1) > alone.view(1, -1)).double()
