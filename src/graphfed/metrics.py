@@ -95,3 +95,19 @@ def client_summary(per_client: Sequence[dict[str, float]], key: str) -> dict[str
     mean, std = mean_std(values)
     return {key: mean, f"{key}_std": std, f"{key}_var": variance(values),
             f"{key}_entropy": entropy(values)}
+
+
+def spearman(a: Sequence[float], b: Sequence[float]) -> float:
+    """Spearman's rank correlation (average ranks on ties): Pearson on the ranks."""
+    return pearson(_ranks(a), _ranks(b))
+
+
+def _ranks(values: Sequence[float]) -> list[float]:
+    t = torch.tensor(values, dtype=torch.float64)
+    order = torch.argsort(t)
+    ranks = torch.empty_like(t)
+    ranks[order] = torch.arange(len(t), dtype=torch.float64)
+    for value in t.unique():  # ties share their mean rank
+        tied = t == value
+        ranks[tied] = ranks[tied].mean()
+    return ranks.tolist()

@@ -51,6 +51,9 @@ class Preset:
     # and its row is over the folds x seeds runs
     folds: int = 0
     report_missing: bool = False  # a setting that cannot run keeps its paper numbers (ours empty)
+    # a table computed without training (e.g. an attack simulation): seeds -> its rows
+    # (method, dataset, metric, ours_mean, ours_std); every run-based field above is then unused
+    computed: Callable[[int], list[dict]] | None = None
 
 
 REGISTRY: dict[str, Preset] = {}

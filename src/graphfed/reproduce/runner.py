@@ -382,6 +382,9 @@ def reproduce(name: str, methods: list[str] | None = None, datasets: list[str] |
         raise GraphfedError(f"fairness is measured on 'local' or 'global' test sets, not "
                             f"'{fairness_on}'")
     preset = get_preset(name)
+    if preset.computed is not None:
+        return _computed(preset, seeds or (preset.quick_seeds if quick else preset.seeds), out,
+                         quick)
     rule = check_selector(selector or preset.select)
     variants, wanted = select(preset, methods, datasets, settings)
     fold_list = fold_axis(preset, folds)
@@ -416,6 +419,20 @@ def reproduce(name: str, methods: list[str] | None = None, datasets: list[str] |
     for figure in preset.figures:
         figure(rows, out)
     return out, rows, list(dict.fromkeys(r for r in reasons.values() if r is not None))
+
+
+def _computed(preset: Preset, seeds: int, out: Path | None, quick: bool
+              ) -> tuple[Path, list[dict], list[str]]:
+    """A preset computed without training: its rows beside the paper's numbers."""
+    out = Path(out or Path("runs") / f"reproduce-{preset.name}{'-quick' if quick else ''}")
+    out.mkdir(parents=True, exist_ok=True)
+    rows = [{**row, "paper": preset.paper.get((row["method"], row["dataset"], row["metric"]), ""),
+             "select": WHOLE_RUN} for row in preset.computed(seeds)]
+    title = f"{preset.name}: {preset.description} ({seeds} seed{'s' if seeds != 1 else ''})"
+    write_tables(rows, out, title, preset.notes, WHOLE_RUN)
+    for figure in preset.figures:
+        figure(rows, out)
+    return out, rows, []
 
 
 def _scope(count: int, folds: list[int | None], quick: bool, overrides: tuple[str, ...]) -> str:
