@@ -195,11 +195,14 @@ def _saved_config(path: Path) -> dict | None:
 # a per-round metric of a table -> the metrics.jsonl key it reports
 ROUND_KEYS = {"personalized_acc": "test_acc", "global_acc": "global_test_acc",
               "local_f1": "test_acc", "global_f1": "client_global_test_acc",
-              "acc": "test_acc", "acc_best_last_10": "test_acc"}
+              "acc": "test_acc", "acc_best_last_10": "test_acc",
+              "global_loss": "global_test_loss", "loss_var": "train_loss_deployed_var",
+              "loss_entropy": "train_loss_deployed_entropy"}
 # a per-round metric whose name fixes its selector, whatever the table's
 FIXED_RULES = {"acc_best_last_10": "best_last_10"}
 # numbers of the whole run -> the decimals a table shows them with
-WHOLE_RUN_METRICS = {"ego_mib": 1, "param_mib": 1, "minutes": 1, "seconds_per_round": 2}
+WHOLE_RUN_METRICS = {"ego_mib": 1, "param_mib": 1, "minutes": 1, "seconds_per_round": 2,
+                     "model_bytes": 0, "feature_bytes": 0, "link_bytes": 0, "extra_ratio": 4}
 
 
 def seed_round(cell: Cell, seed: int, key: str, rule: str) -> dict:
