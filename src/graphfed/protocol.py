@@ -157,6 +157,7 @@ class Setup:
     batch_size: int | None = None
     aggregation: AggregationOptions = field(default_factory=AggregationOptions)  # averaging's rule
     client_sizes: tuple[ClientSize, ...] = ()
+    local_lr: float | None = None  # the clients' optimizer rate (q-FedAvg's server needs 1/lr)
 
     def on(self, device: torch.device | str) -> Setup:
         """This setup with the initial model on ``device`` (the server's copy lives on
