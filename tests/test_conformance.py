@@ -36,7 +36,8 @@ TIMINGS = ("train_seconds", "eval_seconds")
 # option modes that change what a party keeps or sends, checked as algorithms of their own
 MODES = {"scaffold": {"compat": ["scaffold.compat_gpfl_code=true", "optimizer.persistent=true"]},
          "gcfl": {"all": ["gcfl.shared_params=all"]},
-         "fgfl": {"node": ["dataset=Cora", "partition=metis", "model=gcn"]}}
+         "fgfl": {"node": ["dataset=Cora", "partition=metis", "model=gcn"]},
+         "fedgcn": {"dedup": ["fedgcn.dedup_overlaps=true"]}}
 
 
 def _overrides(algorithm: Algorithm, *extra: str) -> list[str]:
