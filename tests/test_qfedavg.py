@@ -13,17 +13,19 @@ from graphfed.algorithms.averaging.qfedavg import RECEIVED_LOSS
 from graphfed.algorithms.registry import get_algorithm
 from graphfed.config import load_config
 from graphfed.experiment import build_federation
+from graphfed.mechanisms.robust import AggregationOptions
 from graphfed.protocol import Message, MessageError, Setup
 from tests.conftest import require
 
 CORA = ["dataset=Cora", "partition=metis", "num_clients=3", "rounds=2", "device=cpu"]
 
 
-def _server(local_lr=0.1, **options):
+def _server(local_lr=0.1, rule="mean", **options):
     algorithm = get_algorithm("qfedavg")
     initial = {"w": torch.tensor([0.5, -1.0, 2.0]), "b": torch.tensor([0.25])}
     setup = Setup(level="node", num_clients=4, num_classes=2, initial_params=initial,
-                  options=algorithm.options(**options), local_lr=local_lr)
+                  options=algorithm.options(**options), local_lr=local_lr,
+                  aggregation=AggregationOptions(rule=rule))
     return algorithm.server(setup)
 
 
@@ -87,6 +89,19 @@ def test_the_server_refuses_a_negative_loss_and_floors_a_zero_one():
     server.aggregate_fit(1, zero)  # F = 0 + 1e-10: a vanishing but finite weight
     assert torch.isfinite(server.params["w"]).all()
     assert server.round_metrics()["qfedavg_weights"][0] == pytest.approx(1e-10)
+
+
+def test_a_client_lying_about_its_loss_takes_the_mean_but_not_the_median():
+    liar = {**REPLIES, 3: _reply([50.0, 50.0, 50.0], 50.0, 1e6)}
+    mean, median = _server(lipschitz=0.01), _server(lipschitz=0.01, rule="median")
+    mean.aggregate_fit(1, liar)
+    median.aggregate_fit(1, liar)
+    assert float(mean.params["w"][0]) > 49.0  # its claimed loss buys it the whole mean
+    step = median.round_metrics()["qfedavg_step"]
+    middle = torch.tensor([1.0, -0.8, 2.1])  # the coordinate-wise median of the three models
+    start = torch.tensor([0.5, -1.0, 2.0])
+    assert torch.allclose(median.params["w"], start + step * (middle - start))
+    assert torch.allclose(median.params["b"], torch.tensor([0.25 + step * (0.5 - 0.25)]))
 
 
 def _trained(*overrides: str):
