@@ -37,7 +37,9 @@ FASTER = {"fedsage+": ["fedsage+.fgen_hidden=[32]", "fedsage+.gen_rounds=2"],
 TIMINGS = ("train_seconds", "eval_seconds")
 # option modes that change what a party keeps or sends, checked as algorithms of their own
 MODES = {"scaffold": {"compat": ["scaffold.compat_gpfl_code=true", "optimizer.persistent=true"]},
-         "gcfl": {"all": ["gcfl.shared_params=all"]}}
+         "gcfl": {"all": ["gcfl.shared_params=all"]},
+         "fgfl": {"node": ["dataset=Cora", "partition=metis", "model=gcn"]},
+         "fedgcn": {"dedup": ["fedgcn.dedup_overlaps=true"]}}
 
 
 def _overrides(algorithm: Algorithm, *extra: str) -> list[str]:

@@ -313,3 +313,55 @@ def test_full_rewards_on_the_round_start_model_are_vanilla_fl(apply):
     same = [all(torch.allclose(p[k], v, atol=1e-6) for k, v in runtime.server.params.items())
             for p in deployed]
     assert all(same) == (apply == "reset_then_add")
+
+
+# ------------------------------------------------------------------ node level (FairGFL's FGFL)
+
+NODE_FGFL = ["dataset=Cora", "algorithm=fgfl", "partition=louvain", "num_clients=4", "rounds=2",
+             "device=cpu", "fgfl.budget=2.0"]
+
+
+@require("Cora")
+def test_node_level_fgfl_values_by_alignment_alone_and_pays_sparsified_rewards():
+    fed = build_federation(load_config(None, NODE_FGFL), 0)
+    server = fed.runtime.server
+    assert fed.setup() is None  # no motifs, so no vocabulary exchange
+    values = [0.25] * 4
+    for rnd in (1, 2):
+        line = fed.fit_round(rnd)
+        metrics = server.round_metrics()
+        assert "diversity" not in metrics and "prototype_bytes" not in metrics
+        # Eq. 10 with alpha2 = 0: r <- r + alpha1 phi, normalised to sum 1
+        raised = [r + 0.05 * phi for r, phi in zip(values, metrics["alignment"], strict=True)]
+        values = [r / sum(raised) for r in raised]
+        assert metrics["values"] == pytest.approx(values, rel=1e-12)
+        assert sum(metrics["payoff"]) == pytest.approx(2.0)  # the budget B
+        dim = metrics["shared_dim"]
+        expected = reward_counts(torch.tensor(values, dtype=torch.float64), dim, beta=1.0)
+        assert metrics["reward_components"] == expected.tolist()
+        assert max(metrics["reward_components"]) == dim
+        assert min(metrics["reward_components"]) < dim  # sparsified, not the full aggregate
+        messages = server.configure_fit(rnd + 1, list(range(4)))
+        top = metrics["reward_components"].index(dim)
+        aggregate = decode_sparse(messages[top].tensors, dim).abs()
+        for c, message in messages.items():
+            assert set(message.tensors) <= {"reward_index", "reward_value", "reward_mask"}
+            kept = message.tensors["reward_value"]
+            assert len(kept) == metrics["reward_components"][c]
+            if len(kept) < dim:  # the largest magnitudes of the aggregate
+                assert float(kept.abs().min()) >= float(aggregate.kthvalue(dim - len(kept)).values)
+        assert line["bytes_up"] == 4 * (4 * dim + 8 * 2)  # the update and 2 scalars each
+    assert fed.evaluate(2)["test_acc"] > 0.3
+
+
+@require("Cora")
+@pytest.mark.parametrize("option", ["use_diversity", "use_prototypes"])
+def test_node_level_fgfl_refuses_motif_terms_in_one_line(option):
+    from typer.testing import CliRunner
+
+    from graphfed.cli import app
+    from tests.conftest import error_line
+
+    result = CliRunner().invoke(app, ["run", *NODE_FGFL, f"fgfl.{option}=true", "--quiet"])
+    assert f"fgfl.{option}=true" in error_line(result)
+    assert "graph-level" in error_line(result)

@@ -142,7 +142,7 @@ BAD = [
     (["aggregation.rule=average"], "aggregation.rule: Input should be 'mean', 'median'"),
     (["aggregation.rule=median", "algorithm=local"],
      "aggregation.rule=median applies to the averaging family (fedavg, fedgcn, fedprox, "
-     "fedsage, fedsage+, graphfl, scaffold); algorithm 'local' is personalized"),
+     "fedsage, fedsage+, graphfl, qfedavg, scaffold); algorithm 'local' is personalized"),
     (["aggregation.trim=0.5"], "aggregation.trim: Input should be less than 0.5"),
     (["aggregation.colour=1"],
      "aggregation.colour: unknown key; valid keys: bucket, byzantine, clip"),

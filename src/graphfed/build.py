@@ -88,7 +88,8 @@ def build_algorithm(config: ExperimentConfig, seed: int, level: str, num_feature
     setup = Setup(level=level, num_clients=num_clients, num_classes=num_classes,
                   initial_params=trainer.initial_params(),
                   options=config.algorithm_options(), local_epochs=config.local_epochs,
-                  batch_size=config.batch_size, aggregation=config.aggregation)
+                  batch_size=config.batch_size, aggregation=config.aggregation,
+                  local_lr=optimizer.lr)
     return algorithm, trainer, setup
 
 

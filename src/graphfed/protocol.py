@@ -159,6 +159,7 @@ class Setup:
     local_epochs: int = 1
     batch_size: int | None = None
     aggregation: AggregationOptions = field(default_factory=AggregationOptions)  # averaging's rule
+    local_lr: float | None = None  # the clients' optimizer rate (q-FedAvg's server needs 1/lr)
     client_sizes: tuple[ClientSize, ...] = ()
     public: PreparedClient | None = None
     overlap_truth: dict[str, Tensor] | None = None

@@ -47,19 +47,18 @@ Controls start at zero on both sides, as in Alg. 1 and in that code (client.py:3
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 from pydantic import Field, model_validator
 
 from graphfed.algorithms.averaging.fedavg import FedAvgClient, FedAvgOptions, FedAvgServer
+from graphfed.algorithms.averaging.local_sgd import LocalOptimizer, local_optimizer
 from graphfed.algorithms.registry import Algorithm, register
 from graphfed.mechanisms.aggregation import global_step
 from graphfed.mechanisms.control_variates import add, control_delta, correction
 from graphfed.mechanisms.updates import under_prefix, with_prefix
 from graphfed.protocol import NUM_SAMPLES, ClientContext, Message, spec_of
 from graphfed.tensors import Params
-from graphfed.training import OptimizerOptions, TrainStats
+from graphfed.training import TrainStats
 from graphfed.training.step import LocalStep
 
 CONTROL = "control."  # message prefix of the control tensors (c down, Delta c_i up)
@@ -70,7 +69,7 @@ OWN_MODEL = "params"  # compat_gpfl_code: the client's own model in its state
 class ScaffoldOptions(FedAvgOptions):
     global_lr: float = Field(1.0, gt=0.0, description="server learning rate eta_g: "
                              "x <- x + eta_g (mean of the y_i - x) (Alg. 1 line 16)")
-    local_optimizer: Literal["sgd", "run"] | None = Field(
+    local_optimizer: LocalOptimizer | None = Field(
         None, description="sgd: plain SGD at optimizer.lr, Alg. 1's local step, whatever "
         "optimizer.name says; run: the run's optimizer (the correction is added to the "
         "gradient it sees). Unset: sgd, or run with compat_gpfl_code")
@@ -84,13 +83,6 @@ class ScaffoldOptions(FedAvgOptions):
         if self.local_optimizer is None:
             self.local_optimizer = "run" if self.compat_gpfl_code else "sgd"
         return self
-
-
-def local_optimizer(run: OptimizerOptions, options: ScaffoldOptions) -> OptimizerOptions:
-    """What SCAFFOLD's clients train with: plain SGD at the run's rate, or the run's optimizer."""
-    if options.local_optimizer == "sgd":
-        return run.model_copy(update={"name": "sgd"})
-    return run
 
 
 def split(tensors: Params) -> tuple[Params, Params]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from graphfed.algorithms.fgfl.options import motif_term
 from graphfed.algorithms.fgfl.prototypes import motif_means
 from graphfed.algorithms.rewards.base import RewardClient
 from graphfed.data.motifs import build_vocabulary
@@ -12,6 +13,10 @@ from graphfed.protocol import Message
 
 
 class FGFLClient(RewardClient):
+    def __init__(self, setup):
+        super().__init__(setup)
+        self.use_prototypes = motif_term(self.options.use_prototypes, setup.level)
+
     def _vocabulary(self, ctx):
         """The client's motif vocabulary: rebuilt from its training graphs where needed."""
         if "motifs" not in ctx.cache:
@@ -23,7 +28,7 @@ class FGFLClient(RewardClient):
     def answer_setup(self, message, ctx):
         vocabulary = self._vocabulary(ctx)
         tensors = {"motif_keys": vocabulary.encoded(), "motif_counts": vocabulary.counts.long()}
-        if self.options.use_prototypes:
+        if self.use_prototypes:
             embedding = ctx.trainer.embed(self.setup.initial_params, ctx.data)
             prototypes, _ = motif_means(embedding, vocabulary.membership.to(embedding.device))
             if self.options.initial_proto_norm == "clip_unit":
@@ -33,7 +38,7 @@ class FGFLClient(RewardClient):
 
     def batch_loss(self, message, ctx):
         o = self.options
-        if not o.use_prototypes or o.proto_weight == 0:
+        if not self.use_prototypes or o.proto_weight == 0:
             return None
         membership = self._vocabulary(ctx).membership.to(message.tensors["prototypes"].device)
         target = message.tensors["prototypes"]
@@ -59,7 +64,7 @@ class FGFLClient(RewardClient):
 
     def upload(self, message, ctx, trained, update):
         reply = super().upload(message, ctx, trained, update)
-        if self.options.use_prototypes:
+        if self.use_prototypes:
             membership = self._vocabulary(ctx).membership
             seen = ctx.cache.pop("seen_embeddings", {})
             if self.options.proto_from_train_pass and len(seen) == membership.shape[0]:

@@ -18,6 +18,10 @@ EXACT_SHAPLEY_MAX_CLIENTS = 12
 SECONDS_PER_COALITION = 1e-3
 
 
+NO_NODE_MOTIFS = ("where motifs, which both need, have no definition (FairGFL's node-level FGFL "
+                  "baseline drops them, spec fairgfl.md §7.5 F9); true is refused there")
+
+
 class FGFLOptions(RewardOptions):
     alpha1: float = Field(0.05, ge=0.0, description="weight of this round in the value update")
     alpha2: float = Field(1.0, ge=0.0, description="weight of diversity relative to alignment")
@@ -37,9 +41,13 @@ class FGFLOptions(RewardOptions):
         "additive", description="additive (paper Eq. 10) or r <- 0.95 r + 0.05 phi (code's "
         "reputation loops in training.py)")
     use_alignment: bool = Field(True, description="ablation: drop phi from Eq. 10")
-    use_diversity: bool = Field(True, description="ablation: alpha2 = 0")
+    use_diversity: bool | None = Field(
+        None, description="the graph-diversity term of Eq. 10 (false: the ablation alpha2 = 0). "
+        f"Unset: on for graph-level tasks, off for node-level ones, {NO_NODE_MOTIFS}")
     value_weighted_agg: bool = Field(True, description="ablation: size-weighted aggregate")
-    use_prototypes: bool = Field(True, description="ablation: no prototypes, lambda = 0")
+    use_prototypes: bool | None = Field(
+        None, description="the motif prototypes and their regulariser (false: the ablation "
+        f"lambda = 0). Unset: on for graph-level tasks, off for node-level ones, {NO_NODE_MOTIFS}")
     proto_distance: Literal["mse", "l2"] = Field(
         "mse", description="prototype distance in Eq. 14: mse over the 64 dimensions (code, "
         "client.py prototype_train) or the L2 norm (paper Eq. 14/18)")
@@ -65,6 +73,30 @@ class FGFLOptions(RewardOptions):
     exact_shapley: bool = Field(
         False, description="also compute the exact gradient-Shapley value (2^N coalitions "
         f"every round; at most {EXACT_SHAPLEY_MAX_CLIENTS} clients)")
+
+
+def motif_term(choice: bool | None, level: str) -> bool:
+    """Whether a motif-based term (diversity, prototypes) is on: as chosen, else for graphs."""
+    return level == "graph" if choice is None else choice
+
+
+def check_fgfl(config: RunView) -> None:
+    """The config checks of FGFL: no motif term at node level, no endless Shapley value."""
+    refuse_node_motifs(config)
+    refuse_endless_shapley(config)
+
+
+def refuse_node_motifs(config: RunView) -> None:
+    """Motifs are rings and bonds of a graph-classification sample (App. Def. 5); a node-level
+    client holds one graph, so neither diversity nor prototypes exist there."""
+    options = config.algorithm_options()
+    if config.level != "graph":
+        on = [f"fgfl.{name}=true" for name in ("use_diversity", "use_prototypes")
+              if getattr(options, name)]
+        if on:
+            raise ValueError(f"{' and '.join(on)}: FGFL's motif diversity and prototypes "
+                             "exist only for graph-level tasks; leave them unset (off) at node "
+                             "level")
 
 
 def refuse_endless_shapley(config: RunView) -> None:

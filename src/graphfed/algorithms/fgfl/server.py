@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from graphfed.algorithms.fgfl.options import motif_term
 from graphfed.algorithms.rewards.base import RewardServer
 from graphfed.data.motifs import KEY_WIDTH, decode_keys
 from graphfed.mechanisms.payoff import fgfl_payoff, gradient_shapley
@@ -25,6 +26,8 @@ class FGFLServer(RewardServer):
 
     def __init__(self, setup):
         super().__init__(setup)
+        self.use_diversity = motif_term(setup.options.use_diversity, setup.level)
+        self.use_prototypes = motif_term(setup.options.use_prototypes, setup.level)
         n = setup.num_clients
         self.codes: list[Tensor] = [torch.empty(0, dtype=torch.long) for _ in range(n)]
         self.diversity = torch.zeros(n, dtype=torch.float64)
@@ -36,11 +39,12 @@ class FGFLServer(RewardServer):
 
     # ------------------------------------------------------------ setup: vocabularies
     def configure_setup(self, clients):
-        return {c: Message() for c in clients}
+        """Vocabularies travel only where motifs exist: at graph level."""
+        return {c: Message() for c in clients} if self.setup.level == "graph" else {}
 
     def setup_reply_spec(self, client):
         spec = {"motif_keys": ((-1, -1), torch.long), "motif_counts": ((-1,), torch.long)}
-        if self.setup.options.use_prototypes:
+        if self.use_prototypes:
             spec["prototypes"] = ((-1, -1), torch.float32)
         return spec, ()
 
@@ -76,7 +80,7 @@ class FGFLServer(RewardServer):
         total = max(len(vocabulary), 1)
         self.diversity = torch.tensor([len(keys[c]) / total for c in sorted(keys)],
                                       dtype=torch.float64)
-        if self.setup.options.use_prototypes:
+        if self.use_prototypes:
             self.prototypes = self._initial_prototypes(replies, len(vocabulary))
             self.proto_rep = torch.ones(self.setup.num_clients, len(vocabulary),
                                         dtype=torch.float64)
@@ -102,13 +106,13 @@ class FGFLServer(RewardServer):
     # ------------------------------------------------------------ messages
     def message_for(self, client):
         message = super().message_for(client)
-        if self.setup.options.use_prototypes:
+        if self.use_prototypes:
             message.tensors["prototypes"] = self.prototypes[self.codes[client]]
         return message
 
     def reply_spec(self, client):
         spec, scalars = super().reply_spec(client)
-        if self.setup.options.use_prototypes:
+        if self.use_prototypes:
             spec["prototypes"] = ((len(self.codes[client]), self.prototypes.shape[1]),
                                   torch.float32)
         return spec, scalars
@@ -127,7 +131,7 @@ class FGFLServer(RewardServer):
         if o.value_update == "ema":
             values[clients] = 0.95 * values[clients] + 0.05 * phi
         else:
-            diversity = self.diversity[clients] if o.use_diversity else 0.0
+            diversity = self.diversity[clients] if self.use_diversity else 0.0
             values[clients] = values[clients] + o.alpha1 * (phi + o.alpha2 * diversity)
         total = values.sum()
         if abs(float(total)) < 1e-12:
@@ -143,9 +147,10 @@ class FGFLServer(RewardServer):
         self.value_sum += self.values
         self.value_rounds += 1
         self.payoff_total += payoff
-        self.last.update(payoff=payoff.tolist(), payoff_total=self.payoff_total.tolist(),
-                         diversity=self.diversity.tolist())
-        if o.use_prototypes:
+        self.last.update(payoff=payoff.tolist(), payoff_total=self.payoff_total.tolist())
+        if self.setup.level == "graph":  # no vocabularies, so no diversity, at node level
+            self.last["diversity"] = self.diversity.tolist()
+        if self.use_prototypes:
             self._aggregate_prototypes(clients, replies)
             self.last["prototype_bytes"] = 4 * sum(int(self.codes[c].numel()) for c in clients
                                                    ) * int(self.prototypes.shape[1])
