@@ -205,6 +205,16 @@ WHOLE_RUN_METRICS = {"ego_mib": 1, "param_mib": 1, "minutes": 1, "seconds_per_ro
                      "model_bytes": 0, "feature_bytes": 0, "link_bytes": 0, "extra_ratio": 4}
 
 
+# numbers the server records each round, reported from the last round that has them
+SERVER_RECORDS = ("overlap_rank_corr", "separation_auc", "node_ratio_mae")
+
+
+def last_server_record(cell: Cell, seed: int, key: str) -> float | None:
+    values = [line["server"][key] for line in seed_lines(cell, seed)
+              if key in line.get("server", {})]
+    return values[-1] if values else None
+
+
 def seed_round(cell: Cell, seed: int, key: str, rule: str) -> dict:
     """The evaluated round of one seed of ``cell`` that ``rule`` reports ``key`` from."""
     return selected_round(rule, evaluated(seed_lines(cell, seed)), key)
@@ -296,6 +306,9 @@ def cell_rows(preset: Preset, variant: Variant, dataset: str, cells: list[Cell],
                 add(metric, values)
         elif metric in WHOLE_RUN_METRICS:
             add(metric, [run_metric(c, s, metric) for c in cells for s in c.seeds], WHOLE_RUN)
+        elif metric in SERVER_RECORDS:
+            values = [last_server_record(c, s, metric) for c in cells for s in c.seeds]
+            add(metric, None if None in values else values, "final")
         elif metric.startswith("payoff_"):
             group = metric.removeprefix("payoff_")
             add(metric, [v for c in cells for v in group_payoffs(preset, c, seeds)[group]],
