@@ -163,3 +163,21 @@ def similarity_heatmaps(matrices: dict[str, Sequence[Sequence[float]]], path: Pa
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path
+
+
+def estimate_scatter(series: dict[str, tuple[list[float], list[float]]], path: Path,
+                     title: str, xlabel: str, ylabel: str) -> Path:
+    """One panel per series: estimated (y) against true (x) values, with the diagonal."""
+    fig, axes = plt.subplots(1, len(series), figsize=(4 * len(series), 3.8), squeeze=False)
+    for ax, (name, (true, estimated)) in zip(axes[0], series.items(), strict=True):
+        ax.scatter(true, estimated, s=14)
+        top = max([*true, *estimated, 1e-9])
+        ax.plot([0, top], [0, top], color="grey", linewidth=0.7)
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -195,11 +195,24 @@ def _saved_config(path: Path) -> dict | None:
 # a per-round metric of a table -> the metrics.jsonl key it reports
 ROUND_KEYS = {"personalized_acc": "test_acc", "global_acc": "global_test_acc",
               "local_f1": "test_acc", "global_f1": "client_global_test_acc",
-              "acc": "test_acc", "acc_best_last_10": "test_acc"}
+              "acc": "test_acc", "acc_best_last_10": "test_acc",
+              "global_loss": "global_test_loss", "loss_var": "train_loss_deployed_var",
+              "loss_entropy": "train_loss_deployed_entropy"}
 # a per-round metric whose name fixes its selector, whatever the table's
 FIXED_RULES = {"acc_best_last_10": "best_last_10"}
 # numbers of the whole run -> the decimals a table shows them with
-WHOLE_RUN_METRICS = {"ego_mib": 1, "param_mib": 1, "minutes": 1, "seconds_per_round": 2}
+WHOLE_RUN_METRICS = {"ego_mib": 1, "param_mib": 1, "minutes": 1, "seconds_per_round": 2,
+                     "model_bytes": 0, "feature_bytes": 0, "link_bytes": 0, "extra_ratio": 4}
+
+
+# numbers the server records each round, reported from the last round that has them
+SERVER_RECORDS = ("overlap_rank_corr", "separation_auc", "node_ratio_mae")
+
+
+def last_server_record(cell: Cell, seed: int, key: str) -> float | None:
+    values = [line["server"][key] for line in seed_lines(cell, seed)
+              if key in line.get("server", {})]
+    return values[-1] if values else None
 
 
 def seed_round(cell: Cell, seed: int, key: str, rule: str) -> dict:
@@ -293,6 +306,9 @@ def cell_rows(preset: Preset, variant: Variant, dataset: str, cells: list[Cell],
                 add(metric, values)
         elif metric in WHOLE_RUN_METRICS:
             add(metric, [run_metric(c, s, metric) for c in cells for s in c.seeds], WHOLE_RUN)
+        elif metric in SERVER_RECORDS:
+            values = [last_server_record(c, s, metric) for c in cells for s in c.seeds]
+            add(metric, None if None in values else values, "final")
         elif metric.startswith("payoff_"):
             group = metric.removeprefix("payoff_")
             add(metric, [v for c in cells for v in group_payoffs(preset, c, seeds)[group]],

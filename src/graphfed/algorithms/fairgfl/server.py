@@ -97,7 +97,8 @@ class FairGFLServer(FedAvgServer):
         self.last = {"clients": ids, "weights": [round(w, 6) for w in weights],
                      "worst_client": ids[max(range(len(ids)), key=losses.__getitem__)],
                      "eps_node": max(float(replies[c].scalars[EPS_NODE]) for c in ids),
-                     "eps_link": max(float(replies[c].scalars[EPS_LINK]) for c in ids)}
+                     "eps_link": max(float(replies[c].scalars[EPS_LINK]) for c in ids),
+                     "upload_bytes": _largest_upload(replies.values(), set(self.params))}
 
     def _estimate(self, ids: list[int], replies) -> None:
         """Step 3: every ordered pair of this round's clients, folded into the accumulated
@@ -164,6 +165,17 @@ def estimation_quality(estimated: Tensor, true: Tensor, node_estimates: Tensor,
         ties = (shared.view(-1, 1) == alone.view(1, -1)).double()
         out["separation_auc"] = float((above + ties / 2).mean())
     return out
+
+
+def _largest_upload(replies, model: set[str]) -> dict[str, int]:
+    """Bytes of the largest reply's parts (Table IV: a client with b_i = b): the model, the
+    privatised encodings and the packed links."""
+    def size(message, names) -> int:
+        return sum(t.numel() * t.element_size() for k, t in message.tensors.items() if k in names)
+
+    return {"model": max(size(m, model) for m in replies),
+            "features": max(size(m, {ENCODINGS}) for m in replies),
+            "links": max(size(m, {LINKS}) for m in replies)}
 
 
 def _rounded(values: Tensor) -> list[float]:

@@ -1,0 +1,191 @@
+"""FairGFL's tables and figures (spec ``shared/specs/fairgfl.md`` §4, §7.3): the utility and
+fairness comparison (Figs. 5-6), the message bytes (Table IV), the multiple-query attack on
+randomised response (Table V), and the overlap-estimation check (Table III).
+
+The paper gives its utility and fairness results as figures only and lost most of its settings
+(§7.1-9); every value the runs use is in ``BASE`` and in FairGFL's options, each with the
+default §7.5 recommends. Reddit and ogbn-arxiv are not staged: their rows keep the paper's
+numbers (Table IV) or stay empty.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from graphfed.config import load_config
+from graphfed.experiment import build_federation
+from graphfed.mechanisms.privacy import majority_vote_accuracy, majority_vote_attack
+from graphfed.metrics import mean_std
+from graphfed.reproduce.figures import estimate_scatter
+from graphfed.reproduce.preset import Preset, Variant, paper_numbers, register
+from graphfed.reproduce.settings import missing
+from graphfed.serialization import read_metrics
+
+DATASETS = ("Cora", "CiteSeer", "Reddit", "ogbn-arxiv")
+# the GCN widths and encoded widths Table IV's byte counts imply (spec §2)
+HIDDEN = {"Cora": 256, "CiteSeer": 128, "Reddit": 128, "ogbn-arxiv": 512}
+CODE_DIM = {"Cora": 100, "CiteSeer": 300, "Reddit": 80, "ogbn-arxiv": 64}
+# §4 and §7.5 F5, F13: 40 clients on overlapping subgraphs, every client node a training node,
+# a held-out global test graph; rounds, local epochs and optimiser UNKNOWN (recorded here)
+BASE = ["partition=fairgfl_overlap", "num_clients=40", "model=gcn", "model.layers=2",
+        "model.dropout=0.5", "rounds=200", "local_epochs=5", "optimizer.name=adam",
+        "optimizer.lr=0.01", "optimizer.weight_decay=0.0005", "eval_every=10",
+        "eval_train_split=true"]
+DATASET_OVERRIDES = {d: [f"model.hidden={HIDDEN[d]}"] for d in DATASETS}
+CODE_OVERRIDES = {("fairgfl", d): [f"fairgfl.code_dim={CODE_DIM[d]}"] for d in DATASETS}
+# q-FFL's step L = 1/lr assumes plain SGD (its Alg. 2): it trains with SGD at a rate that
+# learns in 5 full-batch epochs (UNKNOWN in FairGFL; 0.5 as measured on Cora, docs/algorithms.md)
+QFFL_OVERRIDES = {("qfedavg", d): ["optimizer.lr=0.5"] for d in DATASETS}
+
+
+# ------------------------------------------------------------------ Table IV: bytes
+
+def upload_bytes(dataset: str) -> dict[str, int]:
+    """One round of FairGFL on ``dataset`` with the paper's model and encoder widths: the bytes
+    of the largest client reply's model, privatised features and packed links, read from the
+    messages the clients sent."""
+    config = load_config(None, [*BASE, f"dataset={dataset}", *DATASET_OVERRIDES[dataset],
+                                *CODE_OVERRIDES[("fairgfl", dataset)], "algorithm=fairgfl",
+                                "rounds=1", "fairgfl.encoder_epochs=1", "device=cpu"])
+    fed = build_federation(config, 0)
+    fed.setup()
+    return fed.fit_round(1)["server"]["upload_bytes"]
+
+
+def table4_rows(seeds: int) -> list[dict]:
+    rows = []
+    for dataset in DATASETS:
+        sent = None if missing(dataset) else upload_bytes(dataset)
+        values = {} if sent is None else {
+            "model_bytes": sent["model"], "feature_bytes": sent["features"],
+            "link_bytes": sent["links"],
+            "extra_ratio": (sent["features"] + sent["links"]) / sent["model"]}
+        for metric in ("model_bytes", "feature_bytes", "link_bytes", "extra_ratio"):
+            value = values.get(metric)
+            rows.append({"method": "fairgfl", "dataset": dataset, "metric": metric,
+                         "ours_mean": value, "ours_std": None if value is None else 0.0})
+    return rows
+
+
+TABLE4 = register(Preset(
+    name="fairgfl-table4",
+    description="FairGFL Table IV: bytes a client uploads per round (model, privatised "
+                "features, packed links) from one round's messages; Reddit, ogbn-arxiv missing",
+    variants=[Variant("fairgfl", "fairgfl")], datasets=list(DATASETS),
+    metrics=("model_bytes", "feature_bytes", "link_bytes", "extra_ratio"), base=BASE, seeds=1,
+    quick_seeds=1, paper=paper_numbers("fairgfl", "table4"), computed=table4_rows,
+    notes="Bytes of the largest reply (a client with b_i = b = 64 sampled nodes): fp32 model "
+          "(GCN d_x-h-C, h = 256 Cora / 128 CiteSeer), b x d_enc fp32 encodings (d_enc = 100 / "
+          "300), b x b link bits packed 8 to a byte. extra_ratio = (features + links) / model. "
+          "Reddit and ogbn-arxiv are not staged here: their rows show the paper's numbers."))
+
+
+# ------------------------------------------------------------------ Table V: the attack
+
+QUERIES = (1, 5, 10, 20, 30)
+ATTACK_EPS = 1.0  # Table V's values are those of eps_e = 1 (spec §7.1-3)
+LINKS = 10_000
+
+
+def table5_rows(seeds: int) -> list[dict]:
+    """Majority vote over q randomised-response replies of the same link bit without permanent
+    response: the exact probability (``rr-majority``) and a simulation on 10,000 links per seed
+    (``rr-majority[sampled]``, mean and std over the seeds)."""
+    rows = []
+    for q in QUERIES:
+        metric = f"acc_q{q}"
+        sampled = [majority_vote_attack(torch.ones(LINKS, dtype=torch.bool), ATTACK_EPS, q,
+                                        torch.Generator().manual_seed(seed)) for seed in
+                   range(seeds)]
+        mean, std = mean_std(sampled)
+        rows += [{"method": "rr-majority", "dataset": "-", "metric": metric,
+                  "ours_mean": majority_vote_accuracy(ATTACK_EPS, q), "ours_std": 0.0},
+                 {"method": "rr-majority[sampled]", "dataset": "-", "metric": metric,
+                  "ours_mean": mean, "ours_std": std}]
+    return rows
+
+
+TABLE5 = register(Preset(
+    name="fairgfl-table5",
+    description="FairGFL Table V: link reconstruction by majority vote over q queries of "
+                "randomised response (eps_e = 1, no permanent response)",
+    variants=[Variant("rr-majority", None), Variant("rr-majority[sampled]", None)],
+    datasets=["-"], metrics=tuple(f"acc_q{q}" for q in QUERIES), base=[], seeds=5,
+    quick_seeds=2, paper=paper_numbers("fairgfl", "table5"), computed=table5_rows,
+    notes="rr-majority: the exact probability that the majority of q replies (keep "
+          "probability e/(1+e), ties broken by a fair coin) equals the bit; "
+          "rr-majority[sampled]: the same attack simulated on 10,000 links per seed. With "
+          "permanent randomised response (FairGFL's default) every query returns the first "
+          "reply, so the attacker stays at q = 1."))
+
+
+# ------------------------------------------------------------------ Figs. 5-6
+
+METHODS = [Variant("fairgfl", "fairgfl"), Variant("fedavg", "fedavg"),
+           Variant("fedgcn", "fedgcn"), Variant("qfedavg", "qfedavg"),
+           Variant("fgfl", "fgfl"), Variant("fed-pub", "fed-pub")]
+
+UTILITY_FAIRNESS = register(Preset(
+    name="fairgfl-utility-fairness",
+    description="FairGFL Figs. 5-6: global test accuracy and loss, and the variance and "
+                "entropy of the clients' training losses under the deployed model, 40 "
+                "overlapping clients",
+    variants=METHODS, datasets=list(DATASETS),
+    metrics=("global_acc", "global_loss", "loss_var", "loss_entropy"), base=BASE, seeds=3,
+    quick=["rounds=20"], quick_seeds=1, dataset_overrides=DATASET_OVERRIDES,
+    cell_overrides={**CODE_OVERRIDES, **QFFL_OVERRIDES}, report_missing=True,
+    notes="Final round, mean over seeds. loss_var / loss_entropy: population variance and "
+          "entropy (natural log, at most log 40 = 3.689) of the 40 clients' mean training "
+          "losses under the model each deploys (the global model; FED-PUB: its personalised "
+          "ones). global_acc / global_loss: the server's global model on the held-out global "
+          "test graph (FED-PUB: its mean model). The paper prints these as curves only."))
+
+
+# ------------------------------------------------------------------ Table III
+
+def normalised(values: list[float]) -> list[float]:
+    """o_i / sum_j o_j, as Table III prints the ratios (spec §4)."""
+    total = sum(values)
+    return [v / total if total else 0.0 for v in values]
+
+
+def overlap_scatter(rows: list[dict], out: Path) -> Path:
+    """Every client's normalised estimated overlap against its truth, at the last round of
+    each dataset's first seed."""
+    series = {}
+    for run in sorted((out / "runs").glob("fairgfl*")):
+        lines = read_metrics(run / "seed-0" / "metrics.jsonl")
+        last = [line["server"] for line in lines if "overlap_true" in line.get("server", {})]
+        if last:
+            series[run.name] = (
+                normalised(last[-1]["overlap_true"]), normalised(last[-1]["overlap_estimated"]))
+    return estimate_scatter(series, out / "overlap.png", "FairGFL: estimated vs true overall "
+                            "overlap o_i, normalised over the clients (Table III)",
+                            "true", "estimated")
+
+
+
+# a third of the clients hold no shared node (Table III's row C), a third a few, a third many
+GROUPS = ("partition.overlap_groups=[{fraction: 0.34, coefficient: 0}, "
+          "{fraction: 0.33, coefficient: 2}, {fraction: 0.33, coefficient: 4}]")
+
+TABLE3 = register(Preset(
+    name="fairgfl-table3",
+    description="FairGFL Table III: estimated vs true overlap ratios; how well the estimates "
+                "rank the clients and separate those that share nodes from those that do not",
+    variants=[Variant("fairgfl", "fairgfl"),
+              # a larger feature budget: fewer false matches between privatised encodings
+              Variant("fairgfl[eps_v=16]", "fairgfl", ("fairgfl.eps_v=16",))],
+    datasets=["Cora", "CiteSeer"],
+    metrics=("overlap_rank_corr", "separation_auc", "node_ratio_mae"),
+    base=[*BASE, GROUPS], seeds=1, quick=["rounds=20"], quick_seeds=1,
+    dataset_overrides=DATASET_OVERRIDES, cell_overrides=CODE_OVERRIDES,
+    figures=[overlap_scatter],
+    notes="Final round. overlap_rank_corr: Spearman correlation of the clients' estimated and "
+          "true overall overlap o_i (Eq. 24); separation_auc: the share of (overlapping, "
+          "non-overlapping) client pairs whose estimates are ordered like the truth; "
+          "node_ratio_mae: mean absolute error of the pairwise node ratios R_ij. The paper "
+          "prints 12 clients' normalised ratios per dataset (no summary number); the figure "
+          "plots every client's normalised estimate against its truth."))
