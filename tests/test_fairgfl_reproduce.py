@@ -70,3 +70,24 @@ def test_every_figure_preset_resolves_to_valid_configs():
                 assert config.partition.name == "fairgfl_overlap", (name, label)
     grid = get_preset("fairgfl-privacy").variants
     assert len(grid) == 16 and grid[5].overrides == ("fairgfl.eps_v=2", "fairgfl.eps_e=2")
+
+
+def test_round_curves_average_the_seeds_of_each_method(tmp_path, monkeypatch):
+    import json
+
+    from graphfed.reproduce.papers import fairgfl
+
+    drawn = {}
+    monkeypatch.setattr(fairgfl, "curve_panels",
+                        lambda panels, path, title: drawn.update(panels) or path)
+    for method, offset in (("fairgfl", 0.0), ("fed-pub", 0.5)):
+        for seed, shift in ((0, 0.0), (1, 0.2)):
+            folder = tmp_path / "runs" / f"{method}-Cora" / f"seed-{seed}"
+            folder.mkdir(parents=True)
+            lines = [{"round": r, "global_test_acc": offset + shift + r / 100} for r in (10, 20)]
+            (folder / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    fairgfl.round_curves([], tmp_path)
+    panel = drawn["Cora: global test accuracy"]
+    assert set(panel) == {"fairgfl", "fed-pub"}
+    assert panel["fed-pub"][0] == [10, 20]
+    assert panel["fed-pub"][1] == pytest.approx([0.7, 0.8])

@@ -181,3 +181,43 @@ def estimate_scatter(series: dict[str, tuple[list[float], list[float]]], path: P
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def curve_panels(panels: dict[str, dict[str, tuple[list[int], list[float]]]], path: Path,
+                 title: str) -> Path:
+    """One panel per (metric, dataset) key, one line per method: a value over the rounds."""
+    count = len(panels)
+    columns = min(count, 4)
+    rows = -(-count // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(3.4 * columns, 2.8 * rows), squeeze=False)
+    for ax, (name, lines) in zip(axes.flat, panels.items(), strict=False):
+        for method, (rounds, values) in lines.items():
+            ax.plot(rounds, values, label=method, linewidth=1.2)
+        ax.set_title(name, fontsize=8)
+        ax.set_xlabel("round", fontsize=8)
+    for ax in list(axes.flat)[count:]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def metric_bars(rows: list[dict], path: Path, metrics: Sequence[str], title: str) -> Path:
+    """One panel per metric: a bar per (setting, method) row, with its std."""
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.6), squeeze=False)
+    for ax, metric in zip(axes[0], metrics, strict=True):
+        chosen = [r for r in rows if r["metric"] == metric and r["ours_mean"] is not None]
+        ax.barh([f"{r['dataset']} {r['method']}" for r in chosen],
+                [r["ours_mean"] for r in chosen], xerr=[r["ours_std"] for r in chosen],
+                capsize=2)
+        ax.set_title(metric, fontsize=9)
+        ax.tick_params(axis="y", labelsize=6)
+        ax.invert_yaxis()
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

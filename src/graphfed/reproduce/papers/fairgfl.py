@@ -18,7 +18,7 @@ from graphfed.config import load_config
 from graphfed.experiment import build_federation
 from graphfed.mechanisms.privacy import majority_vote_accuracy, majority_vote_attack
 from graphfed.metrics import mean_std
-from graphfed.reproduce.figures import estimate_scatter
+from graphfed.reproduce.figures import curve_panels, estimate_scatter, metric_bars
 from graphfed.reproduce.preset import Preset, Variant, paper_numbers, register
 from graphfed.reproduce.settings import missing
 from graphfed.serialization import read_metrics
@@ -123,6 +123,31 @@ TABLE5 = register(Preset(
 
 # ------------------------------------------------------------------ Figs. 5-6
 
+# the per-round keys of metrics.jsonl behind Figs. 5-6, by the name a panel shows
+CURVES = {"global test accuracy": "global_test_acc", "global test loss": "global_test_loss",
+          "variance of client training losses": "train_loss_deployed_var",
+          "entropy of client training losses": "train_loss_deployed_entropy"}
+
+
+def round_curves(rows: list[dict], out: Path) -> Path:
+    """Figs. 5-6: each method's seed-mean curve of every ``CURVES`` key, per dataset, read
+    from the runs of the table."""
+    panels: dict[str, dict[str, tuple[list[int], list[float]]]] = {}
+    for run in sorted((out / "runs").iterdir()):
+        method, dataset = run.name.rsplit("-", 1)
+        seeds = [read_metrics(p) for p in sorted(run.glob("seed-*/metrics.jsonl"))]
+        for label, key in CURVES.items():
+            evaluated = [[line for line in lines if key in line] for lines in seeds]
+            if not evaluated or not evaluated[0]:
+                continue
+            length = min(len(e) for e in evaluated)
+            rounds = [line["round"] for line in evaluated[0][:length]]
+            values = [sum(e[i][key] for e in evaluated) / len(evaluated) for i in range(length)]
+            panels.setdefault(f"{dataset}: {label}", {})[method] = (rounds, values)
+    return curve_panels(panels, out / "curves.png", "FairGFL Figs. 5-6: mean over seeds")
+
+
+
 METHODS = [Variant("fairgfl", "fairgfl"), Variant("fedavg", "fedavg"),
            Variant("fedgcn", "fedgcn"), Variant("qfedavg", "qfedavg"),
            Variant("fgfl", "fgfl"), Variant("fed-pub", "fed-pub")]
@@ -136,6 +161,7 @@ UTILITY_FAIRNESS = register(Preset(
     metrics=("global_acc", "global_loss", "loss_var", "loss_entropy"), base=BASE, seeds=3,
     quick=["rounds=20"], quick_seeds=1, dataset_overrides=DATASET_OVERRIDES,
     cell_overrides={**CODE_OVERRIDES, **QFFL_OVERRIDES}, report_missing=True,
+    figures=[round_curves],
     notes="Final round, mean over seeds. loss_var / loss_entropy: population variance and "
           "entropy (natural log, at most log 40 = 3.689) of the 40 clients' mean training "
           "losses under the model each deploys (the global model; FED-PUB: its personalised "
@@ -194,6 +220,12 @@ TABLE3 = register(Preset(
 # ------------------------------------------------------------------ Figs. 2-3, 7, 8, 10
 
 FAIRNESS = ("global_acc", "global_loss", "loss_var", "loss_entropy")
+
+
+def fairness_bars(rows: list[dict], out: Path) -> Path:
+    """Accuracy and the loss variance of every (setting, method) row."""
+    return metric_bars(rows, out / "bars.png", ("global_acc", "loss_var"),
+                       "FairGFL: global test accuracy and variance of client training losses")
 ESTIMATION = ("overlap_rank_corr", "separation_auc")
 RUNNABLE = ["Cora", "CiteSeer"]
 BUDGETS = (1, 2, 4, 8)
@@ -207,6 +239,7 @@ PRIVACY = register(Preset(
               for v in BUDGETS for e in BUDGETS],
     datasets=RUNNABLE, metrics=(*FAIRNESS, *ESTIMATION), base=BASE, seeds=3,
     quick=["rounds=20"], quick_seeds=1, dataset_overrides=DATASET_OVERRIDES,
+    figures=[fairness_bars],
     notes="The paper's grid values were lost (spec §4); {1, 2, 4, 8} for both budgets. The "
           "encoded width is FairGFL's default (100) on both datasets."))
 
@@ -218,7 +251,7 @@ OVERLAP = register(Preset(
     datasets=[f"{d}/rho={r}" for d in RUNNABLE for r in ("0.1", "0.3", "0.5")],
     metrics=FAIRNESS, base=BASE, seeds=3, quick=["rounds=20"], quick_seeds=1,
     setting_keys={"rho": "partition.overlap_ratio"}, dataset_overrides=DATASET_OVERRIDES,
-    cell_overrides=CODE_OVERRIDES,
+    cell_overrides=CODE_OVERRIDES, figures=[fairness_bars],
     notes="rho: the share of the non-test, non-public nodes that form the overlapping pool "
           "(the paper's levels were lost; 0.1 / 0.3 / 0.5). FedGCN counts an edge once per "
           "client holding it (its default; fedgcn.dedup_overlaps=true counts it once)."))
@@ -232,6 +265,7 @@ ENCODER = register(Preset(
     quick=["rounds=20"], quick_seeds=1, dataset_overrides=DATASET_OVERRIDES,
     cell_overrides={(f"fairgfl[encoder={n}]", d): CODE_OVERRIDES[("fairgfl", d)]
                     for n in (0, 200, 600) for d in RUNNABLE},
+    figures=[fairness_bars],
     notes="App. F-B: 600 auto-encoder rounds work best, 0 and 200 worse."))
 
 MOTIVATION = register(Preset(
@@ -242,6 +276,7 @@ MOTIVATION = register(Preset(
     datasets=[f"{d}/c={c}" for d in RUNNABLE for c in ("0", "1", "4")],
     metrics=FAIRNESS, base=BASE, seeds=3, quick=["rounds=20"], quick_seeds=1,
     setting_keys={"c": "partition.coefficient"}, dataset_overrides=DATASET_OVERRIDES,
+    figures=[fairness_bars],
     notes="c: the overlap coefficient, each pool node held by about c clients (0: no "
           "overlap at all). EMNIST and Sent140, the paper's non-graph half, are not graph "
           "datasets and are not run."))
