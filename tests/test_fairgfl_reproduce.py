@@ -46,7 +46,7 @@ def test_table4_bytes_from_the_messages_equal_the_papers(tmp_path):
 def test_utility_fairness_preset_keeps_the_interface_contract():
     preset = get_preset("fairgfl-utility-fairness")
     assert [v.method for v in preset.variants] == ["fairgfl", "fedavg", "fedgcn", "qfedavg",
-                                                   "fgfl", "fed-pub"]
+                                                   "fgfl", "fgfl[mean_of_agents]", "fed-pub"]
     assert preset.metrics == ("global_acc", "global_loss", "loss_var", "loss_entropy")
     assert {"Cora", "CiteSeer"} <= set(preset.datasets) and preset.report_missing
     assert "eval_train_split=true" in preset.base
