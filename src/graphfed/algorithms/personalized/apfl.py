@@ -57,8 +57,8 @@ class APFLOptions(AlgorithmOptions):
     alpha: float = Field(
         0.5, ge=0.0, le=1.0, description="initial mixing weight α_i of the local model v. "
         "RECONSTRUCTED: FedSpray does not say how its APFL started α; 0.5 is the authors' code "
-        "default (FedTorch --fed_personal_alpha) and FedSpray spec §7.5 S4; the paper's "
-        "experiments also try fixed 0.25 and 0.75")
+        "default (FedTorch --fed_personal_alpha) and FedSpray spec §7.5 S4; any value in "
+        "[0, 1] is an alternative")
     learn_alpha: bool = Field(True, description="learn α_i by projected gradient descent "
                               "(false: α_i stays at alpha, the paper's fixed-α runs)")
     alpha_lr: float | None = Field(
