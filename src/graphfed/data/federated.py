@@ -144,7 +144,8 @@ def build_partition(data: GraphDataset, options: PartitionBase, num_clients: int
     rng = np.random.default_rng(seed)
     plan = (_ratio_plan(data, options, num_clients, seed, rng)
             if isinstance(options, RatioPartition)
-            else options.plan(data.graph, item_labels(data), num_clients, seed, rng))
+            else options.plan(data.graph, item_labels(data), num_clients, seed, rng,
+                              data.name))
     perturbed = (_flipped_training_edges(data.graphs, plan, options.edge_flip, rng)
                  if options.edge_flip is not None else [])
     return PartitionArtifact(partition_id(params), params, data.level, plan.client_ids,
