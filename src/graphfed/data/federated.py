@@ -108,7 +108,7 @@ class FederatedData:
 
 def partition_params(dataset: str, dataset_options: dict | None, options: PartitionBase,
                      num_clients: int, seed: int) -> dict:
-    return {
+    params = {
         "version": ARTIFACT_VERSION,
         "dataset": dataset,
         "dataset_options": dataset_options or {},
@@ -116,6 +116,10 @@ def partition_params(dataset: str, dataset_options: dict | None, options: Partit
         "num_clients": num_clients,
         "seed": seed,
     }
+    digest = options.input_digest(dataset)  # only partitions that read files have one
+    if digest is not None:
+        params["inputs"] = digest
+    return params
 
 
 def partition_id(params: dict) -> str:

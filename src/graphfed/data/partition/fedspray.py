@@ -14,6 +14,7 @@ The files are parsed as plain text (one number a line); nothing in them is ever 
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,16 +53,31 @@ def file_prefix(dataset: str) -> str:
     return (spec.pyg_name or spec.name) if spec is not None else dataset
 
 
-def read_client_files(folder: Path, prefix: str, num_nodes: int) -> list[ClientFile]:
+def client_paths(folder: Path, prefix: str) -> list[Path]:
     """The files ``<prefix>_*.txt`` of ``folder`` in sorted name order (the order the authors
-    shuffle), each validated: node ids integral, in ``[0, num_nodes)``, no node listed twice in
-    one file or in two files."""
+    shuffle)."""
     if not folder.is_dir():
         raise GraphfedError(f"{WHO}: the folder of client files {folder} does not exist")
     paths = sorted(p for p in folder.glob(f"{prefix}_*.txt") if p.is_file())
     if not paths:
         raise GraphfedError(f"{WHO}: no client files for dataset {prefix} under {folder} "
                             f"(expected {prefix}_<community>.txt)")
+    return paths
+
+
+def files_digest(folder: Path, prefix: str) -> str:
+    """A digest of the client files' names and bytes, so that an edited file gets a partition
+    of its own rather than the cached one built from its old contents."""
+    digest = hashlib.sha256()
+    for path in client_paths(folder, prefix):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def read_client_files(folder: Path, prefix: str, num_nodes: int) -> list[ClientFile]:
+    """The client files (``client_paths``), each validated: node ids integral, in
+    ``[0, num_nodes)``, no node listed twice in one file or in two files."""
+    paths = client_paths(folder, prefix)
     owner = np.full(num_nodes, -1, dtype=np.int64)
     clients = []
     for k, path in enumerate(paths):

@@ -26,6 +26,7 @@ from graphfed.data.partition.fedspray import (
     default_folder,
     fedspray_plan,
     file_prefix,
+    files_digest,
     read_client_files,
 )
 from graphfed.data.partition.gpfl import gpfl_split, gpfl_toy_split
@@ -83,6 +84,11 @@ class PartitionBase(BaseModel):
     @property
     def has_global_test(self) -> bool:
         return self.global_test > 0 or self.own_global_test is not None
+
+    def input_digest(self, dataset: str) -> str | None:
+        """A digest of what the plan reads besides its options and the dataset (files), part of
+        the artifact's key so a changed input is not served from the cache; None: nothing."""
+        return None
 
     def plan(self, graph: Data | None, labels: torch.Tensor, num_clients: int, seed: int,
              rng: np.random.Generator, dataset: str) -> SplitPlan:
@@ -286,10 +292,16 @@ class FedSprayPublishedPartition(PartitionBase):
     split: SplitRatios = Field(
         (0.4, 0.3, 0.3), description="per-client train/val/test fractions (the authors' 40/30/30)")
 
-    def plan(self, graph, labels, num_clients, seed, rng, dataset):
+    def _source(self, dataset: str) -> tuple[Path, str]:
+        """The folder and file name prefix this dataset's client files are read from."""
         folder = self.files if self.files is not None else default_folder()
-        prefix = self.prefix or file_prefix(dataset)
-        clients = read_client_files(folder, prefix, graph.num_nodes)
+        return folder, self.prefix or file_prefix(dataset)
+
+    def input_digest(self, dataset):
+        return files_digest(*self._source(dataset))
+
+    def plan(self, graph, labels, num_clients, seed, rng, dataset):
+        clients = read_client_files(*self._source(dataset), graph.num_nodes)
         return fedspray_plan(clients, num_clients, self.split, seed)
 
 
