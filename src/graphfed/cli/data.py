@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from graphfed.cli.common import check_plot_path, console, fmt, readable, split_args
+from graphfed.cli.common import check_plot_path, console, fail, fmt, readable, split_args
 
 
 def datasets() -> None:
@@ -39,6 +39,10 @@ def partition(
     plot: Annotated[Path | None, typer.Option(help="save a label-distribution plot here")
                     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the rows as JSON")] = False,
+    minority: Annotated[bool, typer.Option(
+        "--minority", help="node level: also print each client's majority class, its majority "
+        "and minority node counts and their node homophily (FedSpray's Table 1; --json rows "
+        "always have them)")] = False,
 ) -> None:
     """Build (or reload) the federated data simulation of a config and describe each client."""
     from graphfed.build import federated_data
@@ -50,6 +54,8 @@ def partition(
     config_path, overrides = split_args(args or [])
     config = load_config(config_path, overrides)
     data = federated_data(config, config.run_seeds[0])
+    if minority and data.level != "node":
+        fail(f"--minority describes node-level clients; {data.dataset} is {data.level}-level")
     rows = client_stats(data)
     shared = (None if data.global_test is None
               else label_counts(data.global_test, data.num_classes))  # a skewed one shows here
@@ -82,6 +88,23 @@ def partition(
         if overlaps:
             console.print("node/link overlap: a client's true mean share of its nodes/links "
                           "that each other client also holds (FairGFL Eqs. 8, 10)")
+        if minority:
+            console.print(_minority_table(rows))
     if plot is not None:
         plot_label_distribution(data, plot)
         console.print(f"plot: {plot}")
+
+
+def _minority_table(rows: list[dict]) -> Table:
+    """Each client's majority and minority nodes and their mean node homophily inside the
+    client's graph (FedSpray Table 1: minority nodes mostly neighbour other classes)."""
+    table = Table(title="majority and minority nodes per client (node homophily: share of a "
+                        "node's neighbours in the client with its label)")
+    for col in ("client", "majority class", "majority nodes", "minority nodes",
+                "homophily majority", "homophily minority"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(str(r["client"]), str(r["majority_class"]), str(r["majority_nodes"]),
+                      str(r["minority_nodes"]), fmt(r["majority_homophily"]),
+                      fmt(r["minority_homophily"]))
+    return table

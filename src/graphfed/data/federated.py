@@ -108,7 +108,7 @@ class FederatedData:
 
 def partition_params(dataset: str, dataset_options: dict | None, options: PartitionBase,
                      num_clients: int, seed: int) -> dict:
-    return {
+    params = {
         "version": ARTIFACT_VERSION,
         "dataset": dataset,
         "dataset_options": dataset_options or {},
@@ -116,6 +116,10 @@ def partition_params(dataset: str, dataset_options: dict | None, options: Partit
         "num_clients": num_clients,
         "seed": seed,
     }
+    digest = options.input_digest(dataset)  # only partitions that read files have one
+    if digest is not None:
+        params["inputs"] = digest
+    return params
 
 
 def partition_id(params: dict) -> str:
@@ -144,7 +148,8 @@ def build_partition(data: GraphDataset, options: PartitionBase, num_clients: int
     rng = np.random.default_rng(seed)
     plan = (_ratio_plan(data, options, num_clients, seed, rng)
             if isinstance(options, RatioPartition)
-            else options.plan(data.graph, item_labels(data), num_clients, seed, rng))
+            else options.plan(data.graph, item_labels(data), num_clients, seed, rng,
+                              data.name))
     perturbed = (_flipped_training_edges(data.graphs, plan, options.edge_flip, rng)
                  if options.edge_flip is not None else [])
     return PartitionArtifact(partition_id(params), params, data.level, plan.client_ids,

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from torch_geometric.data import Data
+from torch_geometric.utils import to_undirected
 
 from graphfed.data.federated import SPLITS, ClientData, FederatedData, NodeClient
 from graphfed.data.partition.overlap_ratios import mean_overlap
@@ -17,6 +19,34 @@ def edge_homophily(edge_index: torch.Tensor, y: torch.Tensor) -> float:
     return float((y[edge_index[0]] == y[edge_index[1]]).float().mean())
 
 
+def node_homophily(edge_index: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Per node, the share of its neighbours that have its label, h_i = |{j ∈ N(i): y_j = y_i}|
+    / |N(i)| (FedSpray, Fu et al. KDD 2024, Eq. 1), over the undirected graph without self-loops;
+    NaN for a node without neighbours (the share is undefined)."""
+    n = len(y)
+    edges = to_undirected(edge_index, num_nodes=n)
+    edges = edges[:, edges[0] != edges[1]]
+    degree = torch.bincount(edges[0], minlength=n).double()
+    same = torch.bincount(edges[0], weights=(y[edges[0]] == y[edges[1]]).double(), minlength=n)
+    return same / degree
+
+
+def majority_minority(graph: Data, num_classes: int) -> dict:
+    """FedSpray's Table 1 row for one client, whose premise is that minority nodes sit among
+    other classes: the majority class (the most frequent label over all its nodes, the lowest
+    index on a tie), how many nodes have it and how many do not, and each group's mean node
+    homophily inside the client's own graph (nodes without a neighbour there left out; NaN for
+    a group with none)."""
+    counts = torch.bincount(graph.y, minlength=num_classes)
+    majority = int(torch.argmax(counts))  # the first maximum: the lowest class index
+    is_majority = graph.y == majority
+    homophily = node_homophily(graph.edge_index, graph.y)
+    return {"majority_class": majority, "majority_nodes": int(is_majority.sum()),
+            "minority_nodes": int((~is_majority).sum()),
+            "majority_homophily": float(torch.nanmean(homophily[is_majority])),
+            "minority_homophily": float(torch.nanmean(homophily[~is_majority]))}
+
+
 def label_counts(client: ClientData, num_classes: int) -> list[int]:
     """How many samples of each class ``client`` holds, over all its splits."""
     labels = torch.cat([client.labels(s) for s in SPLITS])
@@ -25,7 +55,8 @@ def label_counts(client: ClientData, num_classes: int) -> list[int]:
 
 def client_stats(data: FederatedData) -> list[dict]:
     """One row per client; with ``node_overlap``/``link_overlap`` (its true mean overlap with
-    the others, r_i and l_i) where the partition makes clients overlap."""
+    the others, r_i and l_i) where the partition makes clients overlap, and at node level with
+    its ``majority_minority`` figures."""
     overlap = ({} if data.overlap is None else
                {f"{kind}_overlap": mean_overlap(ratios).tolist()
                 for kind, ratios in data.overlap.items()})
@@ -39,7 +70,8 @@ def client_stats(data: FederatedData) -> list[dict]:
             g = client.graph
             row.update(edges=g.edge_index.size(1) // 2,
                        homophily=edge_homophily(g.edge_index, g.y),
-                       lost_edges=client.lost_edges // 2)
+                       lost_edges=client.lost_edges // 2,
+                       **majority_minority(g, data.num_classes))
         else:
             graphs = [g for s in SPLITS for g in client.graphs[s]]
             row.update(edges=sum(g.edge_index.size(1) for g in graphs) // 2,

@@ -6,14 +6,29 @@ description always gives the same clients.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, Field, TypeAdapter, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    Field,
+    TypeAdapter,
+    field_validator,
+    model_validator,
+)
 from torch_geometric.data import Data
 
 from graphfed.data.partition.fedego import label_skew_plan, louvain_plan
+from graphfed.data.partition.fedspray import (
+    default_folder,
+    fedspray_plan,
+    file_prefix,
+    files_digest,
+    read_client_files,
+)
 from graphfed.data.partition.gpfl import gpfl_split, gpfl_toy_split
 from graphfed.data.partition.graph import gcfl_chunk_split, gcfl_code_split
 from graphfed.data.partition.label_skew import dirichlet_split, uniform_split
@@ -24,12 +39,24 @@ from graphfed.errors import GraphfedError
 from graphfed.validation import OPTIONS, Seed
 
 
+def _split_sums_to_one(v: tuple[float, float, float]) -> tuple[float, float, float]:
+    if any(r < 0 for r in v) or abs(sum(v) - 1.0) > 1e-6:
+        raise ValueError(f"train/val/test ratios must be non-negative and sum to 1, got {v}")
+    if v[0] == 0:  # every client's loss would be a mean over no items: NaN in round 1
+        raise ValueError(f"the training share (first ratio) must be positive, got {v}")
+    return v
+
+
+SplitRatios = Annotated[tuple[float, float, float], AfterValidator(_split_sums_to_one)]
+
+
 class PartitionBase(BaseModel):
     """Options every partition shares: a global test set, the seed, perturbation."""
 
     model_config = OPTIONS
     levels: ClassVar[tuple[str, ...]] = ("node", "graph")
     own_global_test: ClassVar[str | None] = None  # where a plan takes its global test from
+    no_global_test: ClassVar[str | None] = None  # why a plan keeps no global test at all
 
     global_test: float = Field(
         0.0, ge=0.0, lt=1.0, description="fraction held out as a global test set")
@@ -41,8 +68,9 @@ class PartitionBase(BaseModel):
     @field_validator("global_test")
     @classmethod
     def _global_test_not_planned(cls, v: float) -> float:
-        if v and cls.own_global_test:
-            raise ValueError(f"{cls.own_global_test}; leave global_test unset")
+        reason = cls.own_global_test or cls.no_global_test
+        if v and reason:
+            raise ValueError(f"{reason}; leave global_test unset")
         return v
 
     @field_validator("edge_flip")
@@ -57,10 +85,16 @@ class PartitionBase(BaseModel):
     def has_global_test(self) -> bool:
         return self.global_test > 0 or self.own_global_test is not None
 
+    def input_digest(self, dataset: str) -> str | None:
+        """A digest of what the plan reads besides its options and the dataset (files), part of
+        the artifact's key so a changed input is not served from the cache; None: nothing."""
+        return None
+
     def plan(self, graph: Data | None, labels: torch.Tensor, num_clients: int, seed: int,
-             rng: np.random.Generator) -> SplitPlan:
+             rng: np.random.Generator, dataset: str) -> SplitPlan:
         """The whole split (global test, clients, their local tests) of a partition that decides
-        all of it itself (``graph``: node level only; ``labels``: of every node or graph);
+        all of it itself (``graph``: node level only; ``labels``: of every node or graph;
+        ``dataset``: its graphfed name);
         ``RatioPartition`` kinds are split by the usual path instead."""
         raise NotImplementedError
 
@@ -69,17 +103,8 @@ class RatioPartition(PartitionBase):
     """A partition that only assigns items to clients: the global test is a random cut first,
     and each client's items are split by the ``split`` ratios after."""
 
-    split: tuple[float, float, float] = Field(
+    split: SplitRatios = Field(
         (0.4, 0.3, 0.3), description="per-client train/val/test fractions (sum to 1)")
-
-    @field_validator("split")
-    @classmethod
-    def _split_sums_to_one(cls, v: tuple[float, float, float]) -> tuple[float, float, float]:
-        if any(r < 0 for r in v) or abs(sum(v) - 1.0) > 1e-6:
-            raise ValueError(f"train/val/test ratios must be non-negative and sum to 1, got {v}")
-        if v[0] == 0:  # every client's loss would be a mean over no items: NaN in round 1
-            raise ValueError(f"the training share (first ratio) must be positive, got {v}")
-        return v
 
     def assign(self, labels: torch.Tensor, graph: Data | None, num_clients: int,
                seed: int) -> list[torch.Tensor]:
@@ -159,7 +184,7 @@ class GCFLCodePartition(PartitionBase):
     name: Literal["gcfl_code"] = "gcfl_code"
     seed: Seed | None = Field(123, description="split seed; the code's 123 for every repeat")
 
-    def plan(self, graph, labels, num_clients, seed, rng):
+    def plan(self, graph, labels, num_clients, seed, rng, dataset):
         return gcfl_code_split(len(labels), num_clients, seed)
 
 
@@ -189,7 +214,7 @@ class GPFLDirichletPartition(_GPFLFolds):
     name: Literal["gpfl_dirichlet"] = "gpfl_dirichlet"
     alpha: float = Field(0.5, gt=0.0, description="Dirichlet concentration of the class priors")
 
-    def plan(self, graph, labels, num_clients, seed, rng):
+    def plan(self, graph, labels, num_clients, seed, rng, dataset):
         return gpfl_split(labels, num_clients, self.alpha, self.folds, self.fold, seed)
 
 
@@ -201,7 +226,7 @@ class GPFLToyPartition(_GPFLFolds):
     rate: float = Field(0.5, ge=0.5, le=1.0, description="share of the class-0 graphs in group 0 "
                         "(0.5: homogeneous; towards 1: ever more heterogeneous groups)")
 
-    def plan(self, graph, labels, num_clients, seed, rng):
+    def plan(self, graph, labels, num_clients, seed, rng, dataset):
         return gpfl_toy_split(labels, num_clients, self.rate, self.folds, self.fold, seed)
 
 
@@ -222,7 +247,7 @@ class FedEgoLabelPartition(PartitionBase):
     test_num: int = Field(200, ge=1, description="local test nodes per client")
     val_fraction: float = Field(0.2, ge=0.0, lt=1.0, description=VAL_FIFTH)
 
-    def plan(self, graph, labels, num_clients, seed, rng):
+    def plan(self, graph, labels, num_clients, seed, rng, dataset):
         return label_skew_plan(graph, num_clients, self.global_test, self.client_size,
                                self.labels, self.major_fraction, self.test_num,
                                self.val_fraction, rng)
@@ -242,9 +267,42 @@ class FedEgoLouvainPartition(PartitionBase):
         False, description="split the graph FedEgo's code split: edges renumbered, features and "
         "labels not (labels decoupled from structure; its Tables 4-5 come from this)")
 
-    def plan(self, graph, labels, num_clients, seed, rng):
+    def plan(self, graph, labels, num_clients, seed, rng, dataset):
         return louvain_plan(graph, num_clients, self.test_num, self.val_fraction, seed,
                             self.delta, self.code_misalignment)
+
+
+class FedSprayPublishedPartition(PartitionBase):
+    """FedSpray's published clients (``fedspray.fedspray_plan``): the authors' node list files,
+    one per client (Louvain communities of the whole graph; nodes in no file belong to no client),
+    with their seeded shuffles of the client order and of each client's nodes, and their split
+    cut at ⌊0.4·n⌋ / ⌊0.7·n⌋."""
+
+    levels: ClassVar[tuple[str, ...]] = ("node",)
+    no_global_test: ClassVar[str | None] = (
+        "fedspray_published has no global test set (FedSpray evaluates on each client's test "
+        "nodes)")
+    name: Literal["fedspray_published"] = "fedspray_published"
+    files: Path | None = Field(
+        None, description="folder of the client files <prefix>_<community>.txt (node ids, one "
+        "a line); default <GRAPHFED_DATA>/partitions/FedSpray")
+    prefix: str | None = Field(
+        None, min_length=1, description="the files' name prefix; default the dataset's name in "
+        "the authors' code (PyG's: Physics for Coauthor-Physics)")
+    split: SplitRatios = Field(
+        (0.4, 0.3, 0.3), description="per-client train/val/test fractions (the authors' 40/30/30)")
+
+    def _source(self, dataset: str) -> tuple[Path, str]:
+        """The folder and file name prefix this dataset's client files are read from."""
+        folder = self.files if self.files is not None else default_folder()
+        return folder, self.prefix or file_prefix(dataset)
+
+    def input_digest(self, dataset):
+        return files_digest(*self._source(dataset))
+
+    def plan(self, graph, labels, num_clients, seed, rng, dataset):
+        clients = read_client_files(*self._source(dataset), graph.num_nodes)
+        return fedspray_plan(clients, num_clients, self.split, seed)
 
 
 class OverlapGroup(BaseModel):
@@ -314,7 +372,7 @@ class FairGFLOverlapPartition(PartitionBase):
         return group_coefficients([(g.fraction, g.coefficient) for g in self.overlap_groups],
                                   num_clients)
 
-    def plan(self, graph, labels, num_clients, seed, rng):
+    def plan(self, graph, labels, num_clients, seed, rng, dataset):
         return overlap_plan(graph, self.test_fraction, self.public_fraction, self.overlap_ratio,
                             self.alpha, self.coefficients(num_clients), self.pool_draw, rng)
 
@@ -322,13 +380,14 @@ class FairGFLOverlapPartition(PartitionBase):
 PARTITIONS = {cls.model_fields["name"].default: cls for cls in (
     LouvainPartition, MetisPartition, MajorLabelsPartition, DirichletPartition, UniformPartition,
     GCFLChunkPartition, GCFLCodePartition, GPFLDirichletPartition, GPFLToyPartition,
-    FedEgoLabelPartition, FedEgoLouvainPartition, FairGFLOverlapPartition)}
+    FedEgoLabelPartition, FedEgoLouvainPartition, FedSprayPublishedPartition,
+    FairGFLOverlapPartition)}
 
 PartitionOptions = Annotated[
     LouvainPartition | MetisPartition | MajorLabelsPartition | DirichletPartition
     | UniformPartition | GCFLChunkPartition | GCFLCodePartition | GPFLDirichletPartition
     | GPFLToyPartition | FedEgoLabelPartition | FedEgoLouvainPartition
-    | FairGFLOverlapPartition,
+    | FedSprayPublishedPartition | FairGFLOverlapPartition,
     Field(discriminator="name"),
 ]
 
