@@ -39,7 +39,8 @@ TIMINGS = ("train_seconds", "eval_seconds")
 MODES = {"scaffold": {"compat": ["scaffold.compat_gpfl_code=true", "optimizer.persistent=true"]},
          "gcfl": {"all": ["gcfl.shared_params=all"]},
          "fgfl": {"node": ["dataset=Cora", "partition=metis", "model=gcn"]},
-         "fedgcn": {"dedup": ["fedgcn.dedup_overlaps=true"]}}
+         "fedgcn": {"dedup": ["fedgcn.dedup_overlaps=true"]},
+         "fedspray": {"code": ["fedspray.profile=code"]}}
 
 
 def _overrides(algorithm: Algorithm, *extra: str) -> list[str]:
