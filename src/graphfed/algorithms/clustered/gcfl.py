@@ -22,6 +22,12 @@ A client's cluster mean reaches it with its next message, tagged with the count 
 client had completed when it sent the update; the client applies it only while that count is
 still its own. So a client left out of a round keeps its pending mean until it next trains, and
 one whose reply was dropped after it trained never applies a stale mean.
+
+Node level (FedSpray's baseline; our adaptation, FedSpray does not say how it ran GCFL): the same
+protocol on the node GNN. ``convs`` are then its message-passing layers; in ``NodeClassifier``
+(gcn, sage, gat, mlp, sgc) the last of them outputs the class logits, so ``convs`` is every
+parameter and a cluster shares its whole model (clustered FedAvg); in ``mlp_sage`` the reduction
+layer and the classifier stay with each client.
 """
 
 from __future__ import annotations
@@ -138,5 +144,5 @@ GCFL = register(Algorithm(
     "gcfl", GCFLServer, GCFLClient, GCFLOptions,
     family="clustered",
     paper="Xie et al., NeurIPS 2021 (GCFL)",
-    levels=("graph",),
-    description="clustered FL sharing GIN convolutions (cosine min-cut)"))
+    levels=("graph", "node"),
+    description="clustered FL sharing the message-passing layers (cosine min-cut)"))

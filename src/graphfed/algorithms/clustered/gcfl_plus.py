@@ -69,5 +69,5 @@ GCFL_PLUS = register(Algorithm(
     "gcfl+", GCFLPlusServer, GCFLClient, GCFLPlusOptions,
     family="clustered",
     paper="Xie et al., NeurIPS 2021 (GCFL+)",
-    levels=("graph",),
+    levels=("graph", "node"),
     description="GCFL with DTW on update-norm sequences"))
