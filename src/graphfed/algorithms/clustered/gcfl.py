@@ -114,7 +114,8 @@ class GCFLServer(Server):
         """Per-round bookkeeping before clustering (GCFL+: the update-norm sequences)."""
 
     def round_metrics(self):
-        return {"clusters": self.clusters, "splits": self.splits}
+        # copies: a round's record must not grow with later splits
+        return {"clusters": [list(c) for c in self.clusters], "splits": list(self.splits)}
 
 
 class GCFLClient(PersonalClient):
