@@ -30,13 +30,19 @@ def _deployed(fed, rnd):
 
 @require("Cora")
 @pytest.mark.parametrize("name", ["gcfl", "gcfl+"])
-def test_one_cluster_shares_exactly_the_convolutions_of_the_node_model(name):
-    """mlp_sage has parameters outside ``convs``: they must stay each client's own."""
-    fed = _federation(f"algorithm={name}", "model=mlp_sage", "rounds=1")
+@pytest.mark.parametrize(("model", "scope", "shared"), [
+    # mlp_sage has parameters outside ``convs``: they must stay each client's own
+    ("mlp_sage", "convs", ("convs.0.", "convs.1.")),
+    # a plain GCN's last conv is its classifier: convs_but_last keeps it local
+    ("gcn", "convs_but_last", ("convs.0.",)),
+])
+def test_one_cluster_shares_exactly_its_scope_of_the_node_model(name, model, scope, shared):
+    fed = _federation(f"algorithm={name}", f"model={model}", "rounds=1",
+                      f"{name}.shared_params={scope}")
     client, contexts = fed.runtime.client, fed.runtime.contexts
     params = client.setup.initial_params
-    assert client.names == [k for k in params if k.startswith("convs.")]
-    assert {k.split(".")[0] for k in params} == {"reduction", "convs", "classifier"}
+    assert client.names == [k for k in params if k.startswith(shared)]
+    assert len(client.names) < len(params)
     fed.fit_round(1)
     deployed = _deployed(fed, 1)
     for k in params:
@@ -142,6 +148,9 @@ def test_node_model_predicts_per_node_and_needs_its_encoding():
         model(graph.x, graph.edge_index)
 
 
-def test_fedstar_node_level_rejects_a_backbone_it_cannot_use():
+def test_node_level_configs_the_adaptations_cannot_run_are_refused():
     with pytest.raises(ConfigError, match="feature channel"):
         load_config(None, [*CORA, "algorithm=fedstar", "model=mlp_sage"])
+    for model in ("model=sgc", "model.layers=1"):
+        with pytest.raises(ConfigError, match="convs_but_last"):
+            load_config(None, [*CORA, "algorithm=gcfl", model, "gcfl.shared_params=convs_but_last"])
