@@ -36,9 +36,12 @@ FASTER = {"fedsage+": ["fedsage+.fgen_hidden=[32]", "fedsage+.gen_rounds=2"],
           "fairgfl": ["partition=fairgfl_overlap", "fairgfl.encoder_epochs=5"]}
 TIMINGS = ("train_seconds", "eval_seconds")
 # option modes that change what a party keeps or sends, checked as algorithms of their own
+NODE = ["dataset=Cora", "partition=metis", "model=gcn"]  # node level of a graph-first algorithm
 MODES = {"scaffold": {"compat": ["scaffold.compat_gpfl_code=true", "optimizer.persistent=true"]},
-         "gcfl": {"all": ["gcfl.shared_params=all"]},
-         "fgfl": {"node": ["dataset=Cora", "partition=metis", "model=gcn"]},
+         "gcfl": {"all": ["gcfl.shared_params=all"], "node": NODE},
+         "gcfl+": {"node": NODE},
+         "fedstar": {"node": NODE},
+         "fgfl": {"node": NODE},
          "fedgcn": {"dedup": ["fedgcn.dedup_overlaps=true"]},
          "fedspray": {"code": ["fedspray.profile=code"]}}
 

@@ -15,6 +15,8 @@ from torch import Tensor
 from graphfed.tensors import Params
 
 SharedScope = Literal["all", "convs"]
+# clustered FL also offers every message-passing layer but the last (a node GNN's classifier)
+LayerScope = Literal["all", "convs", "convs_but_last"]
 NormalizeMode = Literal["none", "unit", "clip"]
 
 
@@ -28,14 +30,18 @@ def under_prefix(tensors: dict[str, Tensor], prefix: str) -> dict[str, Tensor]:
     return {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
 
 
-def shared_names(params: Params, scope: SharedScope) -> list[str]:
+def shared_names(params: Params, scope: LayerScope) -> list[str]:
     """Names of the exchanged parameters: everything, or only the message-passing layers (the
-    GCFL code base's convention, which FGFL's code inherits)."""
+    GCFL code base's convention, which FGFL's code inherits), or all of those but the last."""
     if scope == "all":
         return list(params)
     names = [k for k in params if k.startswith("convs.")]
+    if scope == "convs_but_last":
+        last = max((int(k.split(".")[1]) for k in names), default=0)
+        names = [k for k in names if int(k.split(".")[1]) < last]
     if not names:
-        raise ValueError("shared scope 'convs' needs a model with message-passing layers 'convs'")
+        raise ValueError(f"shared scope {scope!r} needs a model with (that many) "
+                         "message-passing layers 'convs'")
     return names
 
 

@@ -48,7 +48,8 @@ class ModelOptions(BaseModel):
     pooling: Literal["add", "mean"] = Field("add", description="graph-level readout")
 
 
-def _conv(name: str, d_in: int, d_out: int, opts: ModelOptions, last: bool) -> nn.Module:
+def message_passing_layer(name: str, d_in: int, d_out: int, opts: ModelOptions,
+                          last: bool) -> nn.Module:
     if name == "gcn":
         return GCNConv(d_in, d_out, normalize=False)
     if name == "sage":
@@ -73,12 +74,23 @@ def gcn_normalised(graph: Data) -> Data:
     return out
 
 
+def sgc_propagate(graph: Data, hops: int) -> Tensor:
+    """SGC's features (Wu et al., ICML 2019): ``x`` smoothed ``hops`` times by the self-looped,
+    symmetrically normalised adjacency, once per graph since no parameter enters."""
+    edge_index, weight = gcn_norm(graph.edge_index, None, graph.num_nodes, add_self_loops=True)
+    source, target = edge_index
+    x = graph.x
+    for _ in range(hops):
+        x = scatter(x[source] * weight.view(-1, 1), target, 0, graph.num_nodes, "sum")
+    return x
+
+
 def _prepare_edges(name: str, graph: Data) -> Data:
     """A copy of ``graph`` whose edges are ready for the layer type (GCN: normalised)."""
     return gcn_normalised(graph) if name == "gcn" else graph.clone()
 
 
-def _propagate_inputs(name: str, edge_index: Tensor, edge_weight: Tensor | None):
+def propagate_inputs(name: str, edge_index: Tensor, edge_weight: Tensor | None):
     """MLP ignores edges; GCN takes the cached normalised weights; others take plain edges."""
     if name == "mlp":
         return ()
@@ -100,25 +112,21 @@ class NodeClassifier(nn.Module):
             return
         dims = [in_dim] + [opts.hidden] * (opts.layers - 1) + [num_classes]
         self.convs = nn.ModuleList(
-            _conv(opts.name, dims[i], dims[i + 1], opts, last=i == opts.layers - 1)
+            message_passing_layer(opts.name, dims[i], dims[i + 1], opts,
+                                  last=i == opts.layers - 1)
             for i in range(opts.layers))
 
     def prepare(self, graph: Data) -> Data:
         """Cache what depends on the graph only: GCN normalisation, SGC propagated features."""
         if self.opts.name == "sgc":
-            edge_index, weight = gcn_norm(graph.edge_index, None, graph.num_nodes,
-                                          add_self_loops=True)
-            source, target = edge_index
-            x = graph.x
-            for _ in range(self.opts.sgc_hops):
-                x = scatter(x[source] * weight.view(-1, 1), target, 0, graph.num_nodes, "sum")
+            x = sgc_propagate(graph, self.opts.sgc_hops)
             return Data(x=x, edge_index=graph.edge_index[:, :0], num_nodes=graph.num_nodes)
         return _prepare_edges(self.opts.name, graph)
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None) -> Tensor:
         if self.opts.name == "sgc":
             return self.convs[0](x)
-        inputs = _propagate_inputs(self.opts.name, edge_index, edge_weight)
+        inputs = propagate_inputs(self.opts.name, edge_index, edge_weight)
         for i, conv in enumerate(self.convs):
             x = dropout(x, self.opts.dropout, self.training)
             x = conv(x, *inputs)
@@ -165,7 +173,7 @@ class GraphClassifier(nn.Module):
         self.opts = opts
         h = opts.hidden
         self.pre = nn.Linear(in_dim, h)
-        self.convs = nn.ModuleList(_conv(opts.name, h, h, opts, last=False)
+        self.convs = nn.ModuleList(message_passing_layer(opts.name, h, h, opts, last=False)
                                    for _ in range(opts.layers))
         self.post = nn.Linear(h, h)
         self.readout = nn.Linear(h, num_classes)
@@ -178,7 +186,7 @@ class GraphClassifier(nn.Module):
               edge_weight: Tensor | None = None) -> Tensor:
         """Graph embeddings after the readout (what prototype-based methods share)."""
         x = self.pre(x)
-        inputs = _propagate_inputs(self.opts.name, edge_index, edge_weight)
+        inputs = propagate_inputs(self.opts.name, edge_index, edge_weight)
         for conv in self.convs:
             x = dropout(F.relu(conv(x, *inputs)), self.opts.dropout, self.training)
         return self.pool(x, batch, num_graphs)

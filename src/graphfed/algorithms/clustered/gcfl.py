@@ -22,6 +22,13 @@ A client's cluster mean reaches it with its next message, tagged with the count 
 client had completed when it sent the update; the client applies it only while that count is
 still its own. So a client left out of a round keeps its pending mean until it next trains, and
 one whose reply was dropped after it trained never applies a stale mean.
+
+Node level (FedSpray's baseline; our adaptation, FedSpray does not say how it ran GCFL): the same
+protocol on the node GNN. ``convs`` are then its message-passing layers; in ``NodeClassifier``
+(gcn, sage, gat, mlp, sgc) the last of them outputs the class logits, so ``convs`` is every
+parameter and a cluster shares its whole model (clustered FedAvg); in ``mlp_sage`` the reduction
+layer and the classifier stay with each client. ``convs_but_last`` is the alternative that keeps
+the node model's last layer (its classifier) personal, as GCFL keeps its graph readout.
 """
 
 from __future__ import annotations
@@ -30,9 +37,9 @@ import torch
 from pydantic import Field
 
 from graphfed.algorithms.personalized.base import PersonalClient
-from graphfed.algorithms.registry import Algorithm, register
+from graphfed.algorithms.registry import Algorithm, RunView, register
 from graphfed.mechanisms.clustering import min_cut
-from graphfed.mechanisms.updates import SharedScope, add_flat, delta, shared_names
+from graphfed.mechanisms.updates import LayerScope, add_flat, delta, shared_names
 from graphfed.protocol import NUM_SAMPLES, AlgorithmOptions, Message, Server, Setup
 
 
@@ -40,9 +47,19 @@ class GCFLOptions(AlgorithmOptions):
     eps1: float = Field(0.05, gt=0.0, description="split when the mean update norm < eps1")
     eps2: float = Field(0.1, gt=0.0, description="... and its largest update norm > eps2")
     warmup: int = Field(20, ge=0, description="no split before this round")
-    shared_params: SharedScope = Field(
+    shared_params: LayerScope = Field(
         "convs", description="parameters a cluster averages and whose update norms decide a "
-        "split: the message-passing layers (GCFL's paper and code), or all (the GPFL code)")
+        "split: the message-passing layers (GCFL's paper and code), or all (the GPFL code); "
+        "at node level convs_but_last keeps the classifier layer local (our alternative)")
+
+
+def check_scope(run: RunView) -> None:
+    """``convs_but_last`` needs a message-passing layer before the last one."""
+    options = run.algorithm_options()
+    if options.shared_params == "convs_but_last" and (
+            run.model.layers < 2 or (run.level == "node" and run.model.name == "sgc")):
+        raise ValueError("shared_params=convs_but_last needs a model with two or more "
+                         "message-passing layers (model.layers >= 2, not sgc)")
 
 
 class GCFLServer(Server):
@@ -108,7 +125,8 @@ class GCFLServer(Server):
         """Per-round bookkeeping before clustering (GCFL+: the update-norm sequences)."""
 
     def round_metrics(self):
-        return {"clusters": self.clusters, "splits": self.splits}
+        # copies: a round's record must not grow with later splits
+        return {"clusters": [list(c) for c in self.clusters], "splits": list(self.splits)}
 
 
 class GCFLClient(PersonalClient):
@@ -138,5 +156,6 @@ GCFL = register(Algorithm(
     "gcfl", GCFLServer, GCFLClient, GCFLOptions,
     family="clustered",
     paper="Xie et al., NeurIPS 2021 (GCFL)",
-    levels=("graph",),
-    description="clustered FL sharing GIN convolutions (cosine min-cut)"))
+    levels=("graph", "node"),
+    check=check_scope,
+    description="clustered FL sharing the message-passing layers (cosine min-cut)"))

@@ -15,7 +15,12 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
-from graphfed.algorithms.clustered.gcfl import GCFLClient, GCFLOptions, GCFLServer
+from graphfed.algorithms.clustered.gcfl import (
+    GCFLClient,
+    GCFLOptions,
+    GCFLServer,
+    check_scope,
+)
 from graphfed.algorithms.registry import Algorithm, register
 from graphfed.mechanisms.clustering import dtw_distance, min_cut
 
@@ -69,5 +74,6 @@ GCFL_PLUS = register(Algorithm(
     "gcfl+", GCFLPlusServer, GCFLClient, GCFLPlusOptions,
     family="clustered",
     paper="Xie et al., NeurIPS 2021 (GCFL+)",
-    levels=("graph",),
+    levels=("graph", "node"),
+    check=check_scope,
     description="GCFL with DTW on update-norm sequences"))

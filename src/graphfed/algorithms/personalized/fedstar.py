@@ -6,6 +6,11 @@ feature channel over the node features. Only the structure channel is federated,
 weighted by training-set size; the feature channel, the combining layer and the classifier stay
 with each client. There is no global model.
 
+At node level (FedSpray's baseline; our adaptation, as FedSpray does not say how it ran FedStar)
+the same protocol federates the structure channel of ``DualChannelNodeGNN``: structure encodings
+of each node computed on the client's own subgraph, the feature channel on the configured
+backbone (``model.name``) and the classifier local.
+
 Each round a client replaces its structure channel by the server's average, trains its whole
 model for the local epochs, keeps the result and uploads its structure channel. The average of
 round t reaches a client with its next message (fit of t+1 or an evaluate in between), as FedStar's
@@ -17,9 +22,9 @@ from __future__ import annotations
 from pydantic import Field
 
 from graphfed.algorithms.personalized.base import PersonalClient
-from graphfed.algorithms.registry import Algorithm, register
+from graphfed.algorithms.registry import Algorithm, RunView, register
 from graphfed.mechanisms.aggregation import weighted_average
-from graphfed.models.structure import build_dual_channel, structure_names
+from graphfed.models.structure import NODE_FEATURE_LAYERS, build_dual_channel, structure_names
 from graphfed.protocol import NUM_SAMPLES, AlgorithmOptions, Message, Server, Setup, spec_of
 from graphfed.tensors import Params
 
@@ -27,6 +32,13 @@ from graphfed.tensors import Params
 class FedStarOptions(AlgorithmOptions):
     weighted: bool = Field(True, description="weight the structure channel by training-set size "
                                              "(False: uniform)")
+
+
+def check_backbone(run: RunView) -> None:
+    """At node level the feature channel is ``model.name``, one of ``NODE_FEATURE_LAYERS``."""
+    if run.level == "node" and run.model.name not in NODE_FEATURE_LAYERS:
+        raise ValueError(f"fedstar at node level takes model {', '.join(NODE_FEATURE_LAYERS)} "
+                         f"for its feature channel, not {run.model.name!r}")
 
 
 class FedStarServer(Server):
@@ -87,7 +99,8 @@ FEDSTAR = register(Algorithm(
     "fedstar", FedStarServer, FedStarClient, FedStarOptions,
     family="personalized",
     paper="Tan et al., AAAI 2023 (FedStar)",
-    levels=("graph",),
+    levels=("graph", "node"),
     model=build_dual_channel,
+    check=check_backbone,
     description="FedAvg of a structure channel over random-walk and degree encodings; feature "
                 "channel stays local"))
