@@ -27,7 +27,7 @@ def graph_only_algorithm():
 
 
 BAD = [
-    (["algorithm=nope"], "unknown algorithm 'nope'; available: apfl, cffl, cgsv, d-fedgnn, dw, eu,"),
+    (["algorithm=nope"], "unknown algorithm 'nope'; available: apfl, cffl, cgsv, d-fedgnn,"),
     (["dataset=nope"], "unknown dataset 'nope'; available: Cora"),
     (["partition=nope"], "unknown partition 'nope'; available: louvain, metis"),
     (["colour=red"], "unknown key 'colour'; valid keys:"),
