@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from graphfed.algorithms.averaging.fedavg import FedAvgClient
+from graphfed.algorithms.averaging.qfedavg import received_loss
 from graphfed.algorithms.fairgfl.encoder import encoder_from, encoder_spec
 from graphfed.algorithms.fairgfl.options import (
     ENCODINGS,
@@ -43,13 +44,13 @@ class FairGFLClient(FedAvgClient):
 
     def fit(self, message, ctx: ClientContext):
         params = {k: message.tensors[k] for k in self.setup.initial_params}
-        loss = ctx.trainer.evaluate(params, ctx.data, ("train",))["train"]["loss"]
+        loss = received_loss(params, ctx)
         trained, stats = self.local_train(params, ctx)
         encodings, links = self.sanitised_batch(ctx)
         o = self.options
         spent = privacy.privacy_spent(ctx.state[CACHE_STATE], o.eps_v, o.eps_e, o.permanent)
         return self.reply({**trained, ENCODINGS: encodings, LINKS: links}, ctx, stats,
-                          **{LOSS: float(loss), EPS_NODE: spent["eps_node"],
+                          **{LOSS: loss, EPS_NODE: spent["eps_node"],
                              EPS_LINK: spent["eps_link"]})
 
     @torch.no_grad()
