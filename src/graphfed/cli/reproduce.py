@@ -24,6 +24,9 @@ def reproduce(
     settings: Annotated[list[str] | None, typer.Option(
         "--settings", help="KEY=VALUE: keep the settings whose label has it (e.g. k=25, "
         "alpha=0.5); repeatable, a key given twice keeps either value")] = None,
+    backbones: Annotated[str | None, typer.Option(
+        help="comma-separated backbones to keep, e.g. gcn,sage (presets whose settings have a "
+        "backbone; shorthand for --settings backbone=...)")] = None,
     folds: Annotated[int | None, typer.Option(min=1, help="run folds 0..N-1 only (presets "
                                               "with folds)")] = None,
     quick: Annotated[bool, typer.Option(help="fewer rounds and seeds")] = False,
@@ -59,10 +62,11 @@ def reproduce(
         return
     def split(text):
         return ([t.strip() for t in text.split(",") if t.strip()] if text else None)
+    filters = [*(settings or ()), *(f"backbone={b}" for b in split(backbones) or ())]
     out_dir, rows, skipped = run_preset(name, split(methods), split(datasets), seeds, quick,
                                         out, progress=not quiet, fairness_on=fairness_on,
                                         overrides=tuple(set_ or ()), selector=select,
-                                        jobs=jobs, settings=settings, folds=folds)
+                                        jobs=jobs, settings=filters or None, folds=folds)
     table = Table(title=f"{name}: ours (mean ± std) beside the paper")
     for col in ("method", "dataset", "metric", "ours", "paper", "select"):
         table.add_column(col)

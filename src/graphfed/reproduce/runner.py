@@ -197,9 +197,12 @@ ROUND_KEYS = {"personalized_acc": "test_acc", "global_acc": "global_test_acc",
               "local_f1": "test_acc", "global_f1": "client_global_test_acc",
               "acc": "test_acc", "acc_best_last_10": "test_acc",
               "global_loss": "global_test_loss", "loss_var": "train_loss_deployed_var",
-              "loss_entropy": "train_loss_deployed_entropy"}
-# a per-round metric whose name fixes its selector, whatever the table's
-FIXED_RULES = {"acc_best_last_10": "best_last_10"}
+              "loss_entropy": "train_loss_deployed_entropy",
+              "overall_acc": "test_acc_pooled", "minority_acc": "test_minority_acc_pooled"}
+# a per-round metric whose name fixes its selector, whatever the table's (FedSpray's pooled
+# accuracies are, by definition, those of the round of lowest pooled validation loss)
+FIXED_RULES = {"acc_best_last_10": "best_last_10", "overall_acc": "min_val_loss",
+               "minority_acc": "min_val_loss"}
 # numbers of the whole run -> the decimals a table shows them with
 WHOLE_RUN_METRICS = {"ego_mib": 1, "param_mib": 1, "minutes": 1, "seconds_per_round": 2,
                      "model_bytes": 0, "feature_bytes": 0, "link_bytes": 0, "extra_ratio": 4}
