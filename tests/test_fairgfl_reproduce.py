@@ -59,7 +59,7 @@ def test_every_figure_preset_resolves_to_valid_configs():
     from graphfed.reproduce.settings import missing, parse_label
 
     for name in ("fairgfl-privacy", "fairgfl-overlap", "fairgfl-encoder", "fairgfl-motivation",
-                 "fairgfl-table3", "fairgfl-utility-fairness"):
+                 "fairgfl-table3", "fairgfl-utility-fairness", "fairgfl-ablation"):
         preset = get_preset(name)
         variants, labels = select(preset, None, None)
         for label in labels:

@@ -290,3 +290,28 @@ MOTIVATION = register(Preset(
     notes="c: the overlap coefficient, each pool node held by about c clients (0: no "
           "overlap at all). EMNIST and Sent140, the paper's non-graph half, are not graph "
           "datasets and are not run."))
+
+ABLATION = register(Preset(
+    name="fairgfl-ablation",
+    description="FairGFL's components: fair aggregation alone (lambda = 0), the max-loss step "
+                "alone (uniform weights), the true overlaps instead of the estimates, lambda "
+                "swept over {0.01, 0.03, 0.1, 0.3} (spec §3.5, §5), beside FedAvg weighted "
+                "and uniform",
+    variants=[Variant("fairgfl", "fairgfl"),
+              Variant("fairgfl[lambda=0]", "fairgfl", ("fairgfl.lambda_maxloss=0",)),
+              Variant("fairgfl[uniform]", "fairgfl", ("fairgfl.fair_aggregation=false",)),
+              Variant("fairgfl[oracle]", "fairgfl", ("fairgfl.oracle_overlaps=true",)),
+              *[Variant(f"fairgfl[lambda={lam}]", "fairgfl", (f"fairgfl.lambda_maxloss={lam}",))
+                for lam in ("0.01", "0.03", "0.3")],
+              Variant("fedavg", "fedavg"),
+              Variant("fedavg[uniform]", "fedavg", ("fedavg.weighted=false",))],
+    datasets=RUNNABLE, metrics=(*FAIRNESS, *ESTIMATION), base=[*BASE, IMBALANCED], seeds=3,
+    quick=["rounds=20"], quick_seeds=1, dataset_overrides=DATASET_OVERRIDES,
+    cell_overrides={(v, d): CODE_OVERRIDES[("fairgfl", d)] for d in RUNNABLE
+                    for v in ("fairgfl", "fairgfl[lambda=0]", "fairgfl[uniform]",
+                              "fairgfl[oracle]", "fairgfl[lambda=0.01]", "fairgfl[lambda=0.03]",
+                              "fairgfl[lambda=0.3]")},
+    figures=[fairness_bars],
+    notes="Same setting as fairgfl-utility-fairness. fairgfl[lambda=0]: the overlap weights "
+          "alone; fairgfl[uniform]: uniform weights with the max-loss step; fairgfl[oracle]: "
+          "the weights from the partition's true overlaps."))
