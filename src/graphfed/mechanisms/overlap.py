@@ -127,19 +127,24 @@ def round_overlaps(encodings: Sequence[Tensor], links: Sequence[Tensor], sizes: 
     """One round of Step 3 over the K participating clients' uploads (privatised encodings
     b_k x d and corrected adjacencies b_k x b_k) and their node counts n_k: the K x K matrices
     R~ (node) and L~ (link) of this round, row i about client i, zero diagonal."""
+    if scaling not in LINK_SCALINGS:
+        raise _unknown("link scaling", scaling, LINK_SCALINGS)
     count = len(encodings)
     node = torch.zeros(count, count, dtype=torch.float64)
     link = torch.zeros(count, count, dtype=torch.float64)
+    samples = [e.to(torch.float64) for e in encodings]  # converted once, not once per pair
     for i in range(count):
         for j in range(count):
-            if i == j or len(encodings[i]) == 0 or len(encodings[j]) == 0:
+            if i == j or len(samples[i]) == 0 or len(samples[j]) == 0:
                 continue
-            distance = _distances(encodings[i], encodings[j])
+            distance = torch.cdist(samples[i], samples[j])
             ratio = _matched(distance, tau).double().mean().item()
-            node[i, j] = scaled_node_overlap(ratio, sizes[j], len(encodings[j]))
+            if ratio == 0:  # no node matched: L_ij is 0 without a matching (most pairs)
+                continue
+            node[i, j] = scaled_node_overlap(ratio, sizes[j], len(samples[j]))
             partner = _greedy(distance, tau)
             link[i, j] = scaled_link_overlap(sample_link_overlap(links[i], links[j], partner),
-                                             ratio, sizes[j], len(encodings[j]), scaling)
+                                             ratio, sizes[j], len(samples[j]), scaling)
     return node, link
 
 
