@@ -91,3 +91,18 @@ def test_round_curves_average_the_seeds_of_each_method(tmp_path, monkeypatch):
     assert set(panel) == {"fairgfl", "fed-pub"}
     assert panel["fed-pub"][0] == [10, 20]
     assert panel["fed-pub"][1] == pytest.approx([0.7, 0.8])
+
+
+def test_every_fairgfl_row_encodes_at_the_datasets_width():
+    """Table IV's encoded width (Cora 100, CiteSeer 300) reaches every FairGFL variant of every
+    preset, not only the row named ``fairgfl``."""
+    from graphfed.reproduce.runner import cell_config
+
+    for name in ("fairgfl-table3", "fairgfl-privacy", "fairgfl-encoder", "fairgfl-ablation",
+                 "fairgfl-utility-fairness", "fairgfl-overlap"):
+        preset = get_preset(name)
+        label = next(d for d in preset.datasets if d.startswith("CiteSeer"))
+        for variant in preset.variants:
+            if variant.algorithm == "fairgfl":
+                config = cell_config(preset, variant, label, [0], quick=True)
+                assert config.algorithm_options().code_dim == 300, (name, variant.method)

@@ -39,7 +39,14 @@ BASE = ["partition=fairgfl_overlap", "num_clients=40", "model=gcn", "model.layer
 IMBALANCED = ("partition.overlap_groups=[{fraction: 0.34, coefficient: 0}, "
               "{fraction: 0.33, coefficient: 2}, {fraction: 0.33, coefficient: 4}]")
 DATASET_OVERRIDES = {d: [f"model.hidden={HIDDEN[d]}"] for d in DATASETS}
-CODE_OVERRIDES = {("fairgfl", d): [f"fairgfl.code_dim={CODE_DIM[d]}"] for d in DATASETS}
+
+
+def encoded_widths(variants: list[Variant]) -> dict[tuple[str, str], list[str]]:
+    """Table IV's encoded width on each dataset for every FairGFL row of ``variants``."""
+    return {(v.method, d): [f"fairgfl.code_dim={CODE_DIM[d]}"]
+            for v in variants if v.algorithm == "fairgfl" for d in DATASETS}
+
+
 # q-FFL's step L = 1/lr assumes plain SGD (its Alg. 2): it trains with SGD at a rate that
 # learns in 5 full-batch epochs (UNKNOWN in FairGFL; 0.5 as measured on Cora, docs/algorithms.md)
 QFFL_OVERRIDES = {("qfedavg", d): ["optimizer.lr=0.5"] for d in DATASETS}
@@ -52,7 +59,7 @@ def upload_bytes(dataset: str) -> dict[str, int]:
     of the largest client reply's model, privatised features and packed links, read from the
     messages the clients sent."""
     config = load_config(None, [*BASE, f"dataset={dataset}", *DATASET_OVERRIDES[dataset],
-                                *CODE_OVERRIDES[("fairgfl", dataset)], "algorithm=fairgfl",
+                                f"fairgfl.code_dim={CODE_DIM[dataset]}", "algorithm=fairgfl",
                                 "rounds=1", "fairgfl.encoder_epochs=1", "device=cpu"])
     fed = build_federation(config, 0)
     fed.setup()
@@ -170,7 +177,7 @@ UTILITY_FAIRNESS = register(Preset(
     metrics=("global_acc", "global_loss", "loss_var", "loss_entropy"),
     base=[*BASE, IMBALANCED], seeds=3,
     quick=["rounds=20"], quick_seeds=1, dataset_overrides=DATASET_OVERRIDES,
-    cell_overrides={**CODE_OVERRIDES, **QFFL_OVERRIDES}, report_missing=True,
+    cell_overrides={**encoded_widths(METHODS), **QFFL_OVERRIDES}, report_missing=True,
     figures=[round_curves],
     notes="40 clients in three overlap groups (a third none, a third c = 2, a third c = 4). "
           "Final round, mean over seeds. loss_var / loss_entropy: population variance and "
@@ -207,17 +214,18 @@ def overlap_scatter(rows: list[dict], out: Path) -> Path:
 
 
 
+ESTIMATES = [Variant("fairgfl", "fairgfl"),
+             # a larger feature budget: fewer false matches between privatised encodings
+             Variant("fairgfl[eps_v=16]", "fairgfl", ("fairgfl.eps_v=16",))]
 TABLE3 = register(Preset(
     name="fairgfl-table3",
     description="FairGFL Table III: estimated vs true overlap ratios; how well the estimates "
                 "rank the clients and separate those that share nodes from those that do not",
-    variants=[Variant("fairgfl", "fairgfl"),
-              # a larger feature budget: fewer false matches between privatised encodings
-              Variant("fairgfl[eps_v=16]", "fairgfl", ("fairgfl.eps_v=16",))],
+    variants=ESTIMATES,
     datasets=["Cora", "CiteSeer"],
     metrics=("overlap_rank_corr", "separation_auc", "node_ratio_mae"),
     base=[*BASE, IMBALANCED], seeds=1, quick=["rounds=20"], quick_seeds=1,
-    dataset_overrides=DATASET_OVERRIDES, cell_overrides=CODE_OVERRIDES,
+    dataset_overrides=DATASET_OVERRIDES, cell_overrides=encoded_widths(ESTIMATES),
     figures=[overlap_scatter],
     notes="Final round. overlap_rank_corr: Spearman correlation of the clients' estimated and "
           "true overall overlap o_i (Eq. 24); separation_auc: the share of (overlapping, "
@@ -240,18 +248,18 @@ ESTIMATION = ("overlap_rank_corr", "separation_auc")
 RUNNABLE = ["Cora", "CiteSeer"]
 BUDGETS = (1, 2, 4, 8)
 
+PRIVACY_VARIANTS = [Variant(f"fairgfl[eps_v={v},eps_e={e}]", "fairgfl",
+                            (f"fairgfl.eps_v={v}", f"fairgfl.eps_e={e}"))
+                    for v in BUDGETS for e in BUDGETS]
 PRIVACY = register(Preset(
     name="fairgfl-privacy",
     description="FairGFL Fig. 7: utility, fairness and estimation over the feature and link "
                 "budgets (eps_v, eps_e) in {1, 2, 4, 8}^2",
-    variants=[Variant(f"fairgfl[eps_v={v},eps_e={e}]", "fairgfl",
-                      (f"fairgfl.eps_v={v}", f"fairgfl.eps_e={e}"))
-              for v in BUDGETS for e in BUDGETS],
+    variants=PRIVACY_VARIANTS,
     datasets=RUNNABLE, metrics=(*FAIRNESS, *ESTIMATION), base=[*BASE, IMBALANCED], seeds=3,
     quick=["rounds=20"], quick_seeds=1, dataset_overrides=DATASET_OVERRIDES,
-    figures=[fairness_bars],
-    notes="The paper's grid values were lost (spec §4); {1, 2, 4, 8} for both budgets. The "
-          "encoded width is FairGFL's default (100) on both datasets."))
+    cell_overrides=encoded_widths(PRIVACY_VARIANTS), figures=[fairness_bars],
+    notes="The paper's grid values were lost (spec §4); {1, 2, 4, 8} for both budgets."))
 
 OVERLAP = register(Preset(
     name="fairgfl-overlap",
@@ -261,20 +269,20 @@ OVERLAP = register(Preset(
     datasets=[f"{d}/rho={r}" for d in RUNNABLE for r in ("0.1", "0.3", "0.5")],
     metrics=FAIRNESS, base=[*BASE, IMBALANCED], seeds=3, quick=["rounds=20"], quick_seeds=1,
     setting_keys={"rho": "partition.overlap_ratio"}, dataset_overrides=DATASET_OVERRIDES,
-    cell_overrides=CODE_OVERRIDES, figures=[fairness_bars],
+    cell_overrides=encoded_widths([Variant("fairgfl", "fairgfl")]), figures=[fairness_bars],
     notes="rho: the share of the non-test, non-public nodes that form the overlapping pool "
           "(the paper's levels were lost; 0.1 / 0.3 / 0.5). FedGCN counts an edge once per "
           "client holding it (its default; fedgcn.dedup_overlaps=true counts it once)."))
 
+ENCODER_VARIANTS = [Variant(f"fairgfl[encoder={n}]", "fairgfl", (f"fairgfl.encoder_epochs={n}",))
+                    for n in (0, 200, 600)]
 ENCODER = register(Preset(
     name="fairgfl-encoder",
     description="FairGFL Fig. 10: the public encoder trained for 0, 200 or 600 epochs",
-    variants=[Variant(f"fairgfl[encoder={n}]", "fairgfl", (f"fairgfl.encoder_epochs={n}",))
-              for n in (0, 200, 600)],
+    variants=ENCODER_VARIANTS,
     datasets=RUNNABLE, metrics=(*FAIRNESS, *ESTIMATION), base=[*BASE, IMBALANCED], seeds=3,
     quick=["rounds=20"], quick_seeds=1, dataset_overrides=DATASET_OVERRIDES,
-    cell_overrides={(f"fairgfl[encoder={n}]", d): CODE_OVERRIDES[("fairgfl", d)]
-                    for n in (0, 200, 600) for d in RUNNABLE},
+    cell_overrides=encoded_widths(ENCODER_VARIANTS),
     figures=[fairness_bars],
     notes="App. F-B: 600 auto-encoder rounds work best, 0 and 200 worse."))
 
@@ -291,26 +299,25 @@ MOTIVATION = register(Preset(
           "overlap at all). EMNIST and Sent140, the paper's non-graph half, are not graph "
           "datasets and are not run."))
 
+ABLATION_VARIANTS = [
+    Variant("fairgfl", "fairgfl"),
+    Variant("fairgfl[lambda=0]", "fairgfl", ("fairgfl.lambda_maxloss=0",)),
+    Variant("fairgfl[uniform]", "fairgfl", ("fairgfl.fair_aggregation=false",)),
+    Variant("fairgfl[oracle]", "fairgfl", ("fairgfl.oracle_overlaps=true",)),
+    *[Variant(f"fairgfl[lambda={lam}]", "fairgfl", (f"fairgfl.lambda_maxloss={lam}",))
+      for lam in ("0.01", "0.03", "0.3")],
+    Variant("fedavg", "fedavg"),
+    Variant("fedavg[uniform]", "fedavg", ("fedavg.weighted=false",))]
 ABLATION = register(Preset(
     name="fairgfl-ablation",
     description="FairGFL's components: fair aggregation alone (lambda = 0), the max-loss step "
                 "alone (uniform weights), the true overlaps instead of the estimates, lambda "
                 "swept over {0.01, 0.03, 0.1, 0.3} (spec §3.5, §5), beside FedAvg weighted "
                 "and uniform",
-    variants=[Variant("fairgfl", "fairgfl"),
-              Variant("fairgfl[lambda=0]", "fairgfl", ("fairgfl.lambda_maxloss=0",)),
-              Variant("fairgfl[uniform]", "fairgfl", ("fairgfl.fair_aggregation=false",)),
-              Variant("fairgfl[oracle]", "fairgfl", ("fairgfl.oracle_overlaps=true",)),
-              *[Variant(f"fairgfl[lambda={lam}]", "fairgfl", (f"fairgfl.lambda_maxloss={lam}",))
-                for lam in ("0.01", "0.03", "0.3")],
-              Variant("fedavg", "fedavg"),
-              Variant("fedavg[uniform]", "fedavg", ("fedavg.weighted=false",))],
+    variants=ABLATION_VARIANTS,
     datasets=RUNNABLE, metrics=(*FAIRNESS, *ESTIMATION), base=[*BASE, IMBALANCED], seeds=3,
     quick=["rounds=20"], quick_seeds=1, dataset_overrides=DATASET_OVERRIDES,
-    cell_overrides={(v, d): CODE_OVERRIDES[("fairgfl", d)] for d in RUNNABLE
-                    for v in ("fairgfl", "fairgfl[lambda=0]", "fairgfl[uniform]",
-                              "fairgfl[oracle]", "fairgfl[lambda=0.01]", "fairgfl[lambda=0.03]",
-                              "fairgfl[lambda=0.3]")},
+    cell_overrides=encoded_widths(ABLATION_VARIANTS),
     figures=[fairness_bars],
     notes="Same setting as fairgfl-utility-fairness. fairgfl[lambda=0]: the overlap weights "
           "alone; fairgfl[uniform]: uniform weights with the max-loss step; fairgfl[oracle]: "
