@@ -80,12 +80,14 @@ def interrupted_run(config, out: Path, at_round: int) -> Path:
 
 
 def evaluated_after(overrides: list[str], rounds: int = 2):
-    """The in-process runtime of a federation built from ``overrides`` after ``rounds`` fit
-    rounds, and the per-client records of an evaluation after the last one."""
+    """The in-process runtime of a federation built from ``overrides`` after its setup exchange
+    (if any) and ``rounds`` fit rounds, and the per-client records of an evaluation after the
+    last one."""
     from graphfed.config import load_config
     from graphfed.experiment import build_federation
 
     fed = build_federation(load_config(None, overrides), 0)
+    fed.setup()
     for rnd in range(1, rounds + 1):
         fed.fit_round(rnd)
     return fed.runtime, fed.evaluate(rounds)["clients"]

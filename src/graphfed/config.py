@@ -12,7 +12,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
-from graphfed.algorithms.registry import get_algorithm, load_all
+from graphfed.algorithms.registry import Algorithm, get_algorithm, load_all
 from graphfed.data.datasets import SYNTHETIC, canonical_name, dataset_level
 from graphfed.data.partition import (
     PARTITIONS,
@@ -25,7 +25,7 @@ from graphfed.data.synthetic import CSBMOptions
 from graphfed.errors import GraphfedError
 from graphfed.mechanisms.attacks import AttackOptions
 from graphfed.mechanisms.robust import AggregationOptions, check_rule
-from graphfed.models.gnn import MODEL_LEVELS, ModelOptions
+from graphfed.models.gnn import MODEL_LEVELS, SPARSE_INPUT_MODELS, ModelOptions
 from graphfed.protocol import AlgorithmOptions
 from graphfed.runtime.base import clients_per_round
 from graphfed.runtime.flower_options import FlowerOptions
@@ -170,6 +170,7 @@ class ExperimentConfig(BaseModel):
                              f"'{self.dataset}'; choose one of: {', '.join(valid)}")
         check_partition_level(self.partition, level)
         self._check_sampling(level)
+        self._check_sparse_features(level, algorithm)
         if algorithm.check is not None:
             algorithm.check(self)
         if self.client_global_eval and not self.partition.has_global_test:
@@ -206,6 +207,36 @@ class ExperimentConfig(BaseModel):
                              f"dataset '{self.dataset}' trains on whole graphs")
         if fanouts and get_algorithm(self.algorithm).model is None and self.model.name == "gcn":
             raise ValueError(f"sampling.fanouts: gcn {WHOLE_GRAPH_WEIGHTS}")
+
+    def _check_sparse_features(self, level: str, algorithm: Algorithm) -> None:
+        """Sparse features reach only a model whose first step is a linear map, over the whole
+        client graph, in an algorithm that reads features through that model alone: ``true``
+        is refused elsewhere, ``auto`` becomes true where it can and false otherwise."""
+        wanted = self.model.sparse_features
+        if wanted is False:
+            return
+        obstacle = self._sparse_obstacle(level, algorithm)
+        if wanted == "auto":
+            self.model = self.model.model_copy(update={"sparse_features": obstacle is None})
+        elif obstacle is not None:
+            raise ValueError(f"model.sparse_features {obstacle}")
+
+    def _sparse_obstacle(self, level: str, algorithm: Algorithm) -> str | None:
+        """Why this run cannot take sparse features, or None."""
+        if level != "node":
+            return f"is for node-level datasets; '{self.dataset}' is {level}-level"
+        if self.model.name not in SPARSE_INPUT_MODELS:
+            return (f"needs a model whose first step is linear "
+                    f"({', '.join(SPARSE_INPUT_MODELS)}), not '{self.model.name}'")
+        if not algorithm.sparse_features:
+            able = sorted(n for n, a in load_all().items() if a.sparse_features)
+            return (f"does not apply: algorithm '{self.algorithm}' reads dense features; "
+                    f"algorithms that take sparse ones: {', '.join(able)}")
+        if self.sampling.fanouts:
+            return "trains on the whole client graph; drop sampling.fanouts"
+        if self.engine != "sequential":
+            return "needs engine=sequential (the batched engine stacks dense features)"
+        return None
 
     @property
     def level(self) -> str:

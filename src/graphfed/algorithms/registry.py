@@ -77,6 +77,9 @@ class Algorithm:
     aliases: tuple[str, ...] = ()
     check: Check | None = None
     batched: bool = False  # its clients' fit is Client.fit_by_step: the batched engine applies
+    # its clients read node features only through the model (or sparse-aware code of their
+    # own): model.sparse_features applies
+    sparse_features: bool = False
 
 
 REGISTRY: dict[str, Algorithm] = {}

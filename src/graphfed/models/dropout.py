@@ -18,6 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from graphfed.models.sparse import is_csr, with_values
+
 MASK32 = 0xFFFFFFFF
 
 
@@ -69,9 +71,15 @@ def keyed(keys: Tensor, step: int) -> Iterator[None]:
 
 
 def dropout(x: Tensor, p: float, training: bool) -> Tensor:
-    """``F.dropout``, or under ``keyed`` the same distribution from the client's key."""
+    """``F.dropout``, or under ``keyed`` the same distribution from the client's key. On a
+    sparse CSR matrix (``model.sparse_features``) only the stored values are dropped: the
+    zeros a dense mask would drop stay zero, so the output has the dense dropout's law."""
+    if not training or p == 0.0:
+        return x
+    if is_csr(x):
+        return with_values(x, dropout(x.values(), p, training))
     keys = _ACTIVE.get()
-    if keys is None or not training or p == 0.0:
+    if keys is None:
         return F.dropout(x, p, training)
     keys.site += 1
     salt = keys.step * 1024 + keys.site

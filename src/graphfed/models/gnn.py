@@ -25,6 +25,7 @@ from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import scatter
 
 from graphfed.models.dropout import dropout
+from graphfed.models.sparse import to_csr
 from graphfed.validation import OPTIONS
 
 ModelName = Literal["gcn", "sage", "sgc", "gat", "gin", "mlp", "mlp_sage"]
@@ -46,6 +47,16 @@ class ModelOptions(BaseModel):
     heads: int = Field(8, ge=1, description="GAT attention heads")
     sgc_hops: int = Field(2, ge=1, description="SGC propagation steps")
     pooling: Literal["add", "mean"] = Field("add", description="graph-level readout")
+    sparse_features: bool | Literal["auto"] = Field(
+        False, description="keep node features as a sparse CSR matrix and multiply it "
+        "sparsely in the first layer: the same model (up to float summation order), many "
+        "times faster on bag-of-words features (Coauthor-Physics: 0.4% non-zeros); node level, "
+        "gcn, gat or mlp, full-graph training, the sequential engine; auto: wherever the run "
+        "allows it")
+
+
+# the node models whose first operation on the features is a linear map (a sparse product)
+SPARSE_INPUT_MODELS = ("gcn", "gat", "mlp")
 
 
 def message_passing_layer(name: str, d_in: int, d_out: int, opts: ModelOptions,
@@ -121,7 +132,10 @@ class NodeClassifier(nn.Module):
         if self.opts.name == "sgc":
             x = sgc_propagate(graph, self.opts.sgc_hops)
             return Data(x=x, edge_index=graph.edge_index[:, :0], num_nodes=graph.num_nodes)
-        return _prepare_edges(self.opts.name, graph)
+        prepared = _prepare_edges(self.opts.name, graph)
+        if self.opts.sparse_features:
+            prepared.x = to_csr(prepared.x)
+        return prepared
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None) -> Tensor:
         if self.opts.name == "sgc":

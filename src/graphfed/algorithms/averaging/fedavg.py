@@ -88,4 +88,5 @@ FEDAVG = register(Algorithm(
     family="averaging",
     paper="McMahan et al., AISTATS 2017 (FedAvg)",
     batched=True,
+    sparse_features=True,
     description="sample-size weighted parameter averaging"))

@@ -86,4 +86,5 @@ FEDPROX = register(Algorithm(
     family="averaging",
     paper="Li et al., MLSys 2020 (FedProx)",
     batched=True,
+    sparse_features=True,
     description="FedAvg with a proximal term (mu; or FedEgo's adaptive mu)"))

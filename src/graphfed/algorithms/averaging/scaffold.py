@@ -183,5 +183,6 @@ SCAFFOLD = register(Algorithm(
     paper="Karimireddy et al., ICML 2020 (SCAFFOLD)",
     batched=True,
     optimizer=local_optimizer,
+    sparse_features=True,
     description="FedAvg with control variates against client drift (option II); "
                 "compat_gpfl_code: the GPFL code's personalised variant"))

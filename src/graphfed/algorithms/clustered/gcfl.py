@@ -158,4 +158,5 @@ GCFL = register(Algorithm(
     paper="Xie et al., NeurIPS 2021 (GCFL)",
     levels=("graph", "node"),
     check=check_scope,
+    sparse_features=True,
     description="clustered FL sharing the message-passing layers (cosine min-cut)"))

@@ -76,4 +76,5 @@ GCFL_PLUS = register(Algorithm(
     paper="Xie et al., NeurIPS 2021 (GCFL+)",
     levels=("graph", "node"),
     check=check_scope,
+    sparse_features=True,
     description="GCFL with DTW on update-norm sequences"))

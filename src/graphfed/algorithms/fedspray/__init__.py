@@ -33,5 +33,6 @@ FEDSPRAY = register(Algorithm(
     model=fedspray_backbone,
     optimizer=fedspray_optimizer,
     check=require_full_batch_nodes,
+    sparse_features=True,
     description="personalised GNNs distilled from a global encoder with class-wise structure "
                 "proxies aligned by class ratio"))

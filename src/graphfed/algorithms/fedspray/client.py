@@ -19,6 +19,7 @@ from graphfed.algorithms.fedspray import encoder, proxies
 from graphfed.algorithms.fedspray.options import CLASS_RATIOS, ENCODER, PROXIES, FedSprayOptions
 from graphfed.algorithms.fedspray.server import NUM_FEATURES
 from graphfed.algorithms.personalized.base import PersonalClient
+from graphfed.models.sparse import is_csr, to_csr
 from graphfed.protocol import ClientContext, Message
 from graphfed.tensors import Params
 from graphfed.training import TrainStats
@@ -63,7 +64,7 @@ class FedSprayClient(PersonalClient):
     def fit(self, message: Message, ctx: ClientContext) -> Message:
         o = self.options
         omega = {k: v for k, v in message.tensors.items() if k.startswith(ENCODER)}
-        x = self._features(ctx)
+        x, x_train = self._features(ctx)
         with torch.no_grad():
             e = encoder.embed(omega, x)
             q = F.softmax(encoder.project(omega, e), dim=1)
@@ -74,7 +75,7 @@ class FedSprayClient(PersonalClient):
         with torch.no_grad():
             ctx.trainer.model.eval()
             y_hat = F.softmax(self._gnn_logits(ctx, gnn), dim=1)[ctx.data.index["train"]]
-        trained, node_proxies = self.train_encoder(message, ctx, omega, x, y_hat)
+        trained, node_proxies = self.train_encoder(message, ctx, omega, x_train, y_hat)
         up = dict(trained)
         if not o.zero_proxies:
             up[PROXIES] = proxies.class_means(node_proxies, ctx.data.labels("train"),
@@ -130,8 +131,8 @@ class FedSprayClient(PersonalClient):
 
     # ---------------------------------------------------------------- phase 2
 
-    def train_encoder(self, message: Message, ctx: ClientContext, omega: Params, x: Tensor,
-                      y_hat: Tensor) -> tuple[Params, Tensor]:
+    def train_encoder(self, message: Message, ctx: ClientContext, omega: Params,
+                      x_train: Tensor, y_hat: Tensor) -> tuple[Params, Tensor]:
         """Eqs. 12-13 for ``local_epochs`` steps from the received ω: CE(q, y) + λ2·KL(ŷ‖p) on
         the labelled nodes, Adam on ω and on the labelled nodes' proxies (unless S = 0)."""
         o = self.options
@@ -142,9 +143,9 @@ class FedSprayClient(PersonalClient):
         live = {k: v.detach().clone().requires_grad_(True) for k, v in start.items()}
         optimizers = [_adam(list(live.values()), o.encoder_lr, ctx.state, ENCODER_OPTIMIZER)]
         train = ctx.data.index["train"]
-        x_l, y_l = x[train], ctx.data.y[train]
+        y_l = ctx.data.y[train]
         if o.zero_proxies:
-            node_proxies = torch.zeros(len(train), o.proxy_dim, device=x.device)
+            node_proxies = torch.zeros(len(train), o.proxy_dim, device=y_l.device)
         else:
             node_proxies = self.labelled_proxies(ctx, message.tensors[PROXIES]).clone()
             node_proxies.requires_grad_(True)
@@ -152,7 +153,7 @@ class FedSprayClient(PersonalClient):
         for _ in range(self.setup.local_epochs):
             for optimizer in optimizers:
                 optimizer.zero_grad(set_to_none=True)
-            e = encoder.embed(live, x_l)
+            e = encoder.embed(live, x_train)
             ce = F.cross_entropy(encoder.project(live, e), y_l)
             p_logits = encoder.classify(live, e, node_proxies, o.combine)
             loss = ce + o.lambda2 * _kl(F.log_softmax(p_logits, dim=1), y_hat)
@@ -185,9 +186,14 @@ class FedSprayClient(PersonalClient):
         everyone = torch.arange(len(ctx.data.y), device=ctx.data.y.device)
         return ctx.trainer.forward(params, ctx.data.batch_of(everyone))
 
-    def _features(self, ctx: ClientContext) -> Tensor:
-        """The client's raw features on the device, once per process (the encoder reads x,
-        not the backbone's prepared input)."""
+    def _features(self, ctx: ClientContext) -> tuple[Tensor, Tensor]:
+        """The client's raw features and its labelled nodes' rows on the device, once per
+        process (the encoder reads x, not the backbone's prepared input); sparse CSR when the
+        backbone's input is (``model.sparse_features``)."""
         if FEATURES not in ctx.cache:
-            ctx.cache[FEATURES] = ctx.data.graph.x.float().to(ctx.data.y.device)
+            x = ctx.data.graph.x.float().to(ctx.data.y.device)
+            rows = x[ctx.data.index["train"]]
+            if is_csr(ctx.data.x):
+                x, rows = to_csr(x), to_csr(rows)
+            ctx.cache[FEATURES] = x, rows
         return ctx.cache[FEATURES]

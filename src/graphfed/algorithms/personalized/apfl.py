@@ -169,5 +169,6 @@ APFL = register(Algorithm(
     family="personalized",
     paper="Deng et al., arXiv 2003.13461, 2020 (APFL)",
     levels=("node", "graph"),
+    sparse_features=True,
     description="adaptive personalisation: each client deploys αv + (1−α)w of its local "
                 "model v and the averaged model w, learning α"))

@@ -49,4 +49,5 @@ LOCAL = register(Algorithm(
     paper="baseline: no federation (self-train)",
     aliases=("self-train",),
     batched=True,
+    sparse_features=True,
     description="each client trains alone (self-train)"))

@@ -1,0 +1,111 @@
+"""``model.sparse_features``: CSR node features give the dense model's outputs and gradients
+(up to float summation order), dropout touches only stored values, whole runs match the dense
+ones, and every combination the sparse path cannot serve is refused in one line."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from typer.testing import CliRunner
+
+from graphfed.cli import app
+from graphfed.config import load_config
+from graphfed.models import ModelOptions, build_model
+from graphfed.models.dropout import dropout
+from graphfed.models.sparse import is_csr, to_csr
+from tests.conftest import error_line, evaluated_after, require
+
+CORA = ["dataset=Cora", "partition=metis", "num_clients=3", "device=cpu", "model.dropout=0"]
+
+
+def _logits_and_grads(model, prepared):
+    model.zero_grad()
+    logits = model(prepared.x, prepared.edge_index, getattr(prepared, "edge_weight", None))
+    F.cross_entropy(logits, prepared.y).backward()
+    return logits.detach(), {k: p.grad.clone() for k, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("name", ["gcn", "gat", "mlp"])
+def test_the_sparse_first_layer_gives_the_dense_logits_and_gradients(cora, name):
+    graph = cora.graph
+    opts = ModelOptions(name=name, dropout=0.0)
+    torch.manual_seed(0)
+    dense = build_model("node", cora.num_features, cora.num_classes, opts)
+    sparse = build_model("node", cora.num_features, cora.num_classes,
+                         opts.model_copy(update={"sparse_features": True}))
+    sparse.load_state_dict(dense.state_dict())
+    prepared = sparse.prepare(graph)
+    assert is_csr(prepared.x) and not is_csr(dense.prepare(graph).x)
+    assert prepared.x.values().numel() == int((graph.x != 0).sum())
+    logits, grads = _logits_and_grads(sparse, prepared)
+    want_logits, want_grads = _logits_and_grads(dense, dense.prepare(graph))
+    torch.testing.assert_close(logits, want_logits, rtol=1e-4, atol=1e-5)
+    for key, grad in want_grads.items():
+        torch.testing.assert_close(grads[key], grad, rtol=1e-4, atol=1e-6)
+
+
+def test_dropout_on_csr_features_drops_and_rescales_stored_values_only(cora):
+    x = to_csr(cora.graph.x)
+    torch.manual_seed(1)
+    out = dropout(x, 0.5, training=True)
+    assert is_csr(out)
+    assert torch.equal(out.crow_indices(), x.crow_indices())
+    assert torch.equal(out.col_indices(), x.col_indices())
+    kept = out.values() != 0
+    assert torch.allclose(out.values()[kept], 2 * x.values()[kept])
+    assert abs(kept.float().mean().item() - 0.5) < 0.02  # 49k stored values
+    assert dropout(x, 0.5, training=False) is x
+
+
+def _close_records(got, want):
+    assert len(got) == len(want)
+    for a, b in zip(got, want, strict=True):
+        assert a.keys() == b.keys()
+        for key, value in b.items():
+            if isinstance(value, float):
+                assert a[key] == pytest.approx(value, rel=1e-4, abs=1e-5), key
+            else:
+                assert a[key] == value, key
+
+
+@require("Cora")
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedspray"])
+def test_a_federation_on_sparse_features_matches_the_dense_one(algorithm):
+    """Two rounds without dropout (dropout draws differ in number between the layouts): the
+    same per-client evaluation and, for FedAvg, the same global model."""
+    overrides = [f"algorithm={algorithm}", *CORA]
+    sparse_runtime, sparse = evaluated_after([*overrides, "model.sparse_features=true"])
+    dense_runtime, dense = evaluated_after(overrides)
+    assert all(is_csr(ctx.data.x) for ctx in sparse_runtime.contexts)
+    _close_records(sparse, dense)
+    if algorithm == "fedavg":
+        # Adam divides by the root of tiny second moments, so a weight whose gradients are
+        # near zero may move a few 1e-6 apart between the two summation orders
+        got, want = sparse_runtime.server.global_params(), dense_runtime.server.global_params()
+        for key, value in want.items():
+            torch.testing.assert_close(got[key], value, rtol=1e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("overrides, named", [
+    (["model.name=sage"], "first step is linear"),
+    (["dataset=PROTEINS", "algorithm=fedavg"], "node-level"),
+    (["algorithm=fedstar"], "reads dense features"),
+    (["sampling.fanouts=[5,5]", "model.name=gat"], "sampling.fanouts"),
+    (["engine=batched"], "engine=sequential"),
+])
+def test_what_the_sparse_path_cannot_serve_is_refused_in_one_line(overrides, named):
+    result = CliRunner().invoke(app, ["run", "dataset=Cora", "model.sparse_features=true",
+                                      *overrides])
+    line = error_line(result)
+    assert "model.sparse_features" in line and named in line
+
+
+@pytest.mark.parametrize("overrides, resolved", [
+    (["algorithm=fedavg"], True), (["algorithm=fedspray"], True),
+    (["algorithm=fedstar"], False), (["model.name=sage"], False),
+    (["engine=batched"], False), (["dataset=PROTEINS"], False),
+])
+def test_auto_takes_sparse_features_wherever_the_run_allows_them(overrides, resolved):
+    config = load_config(None, ["dataset=Cora", "model.sparse_features=auto", *overrides])
+    assert config.model.sparse_features is resolved
