@@ -10,7 +10,6 @@ the client with the largest loss.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Literal
 
@@ -18,6 +17,7 @@ import torch
 from torch import Tensor
 
 from graphfed.errors import GraphfedError
+from graphfed.mechanisms.matching import greedy_pairs
 from graphfed.tensors import Params
 
 LinkScaling = Literal["linear", "quadratic"]
@@ -64,23 +64,8 @@ def _matched(distance: Tensor, tau: float) -> Tensor:
 
 def greedy_matching(sample_i: Tensor, sample_j: Tensor, tau: float) -> Tensor:
     """A one-to-one matching of S_i to S_j under tau, greedy by smallest distance (ties by row,
-    then column): ``partner[u]`` is u's row in S_j, or -1. Vectorised: every pair that is the
-    smallest of both its row and its column is one the sequential greedy also takes, so each
-    pass takes all of them at once."""
-    return _greedy(_distances(sample_i, sample_j), tau)
-
-
-def _greedy(distance: Tensor, tau: float) -> Tensor:
-    distance = distance.masked_fill(distance >= tau, math.inf)
-    partner = torch.full((distance.shape[0],), -1, dtype=torch.long)
-    rows = torch.arange(distance.shape[0])
-    while distance.numel() and torch.isfinite(distance).any():
-        best, column = distance.min(dim=1)
-        mutual = torch.isfinite(best) & (distance.argmin(dim=0)[column] == rows)
-        partner[rows[mutual]] = column[mutual]
-        distance[rows[mutual]] = math.inf
-        distance[:, column[mutual]] = math.inf
-    return partner
+    then column): ``partner[u]`` is u's row in S_j, or -1 (``greedy_pairs``)."""
+    return greedy_pairs(_distances(sample_i, sample_j), tau)
 
 
 def scaled_node_overlap(sample_ratio: float, size_j: int, sample_size_j: int) -> float:
@@ -142,7 +127,7 @@ def round_overlaps(encodings: Sequence[Tensor], links: Sequence[Tensor], sizes: 
             if ratio == 0:  # no node matched: L_ij is 0 without a matching (most pairs)
                 continue
             node[i, j] = scaled_node_overlap(ratio, sizes[j], len(samples[j]))
-            partner = _greedy(distance, tau)
+            partner = greedy_pairs(distance, tau)
             link[i, j] = scaled_link_overlap(sample_link_overlap(links[i], links[j], partner),
                                              ratio, sizes[j], len(samples[j]), scaling)
     return node, link
