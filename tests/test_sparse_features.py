@@ -70,7 +70,7 @@ def _close_records(got, want):
 
 
 @require("Cora")
-@pytest.mark.parametrize("algorithm", ["fedavg", "fedspray"])
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedspray", "fedlit"])
 def test_a_federation_on_sparse_features_matches_the_dense_one(algorithm):
     """Two rounds without dropout (dropout draws differ in number between the layouts): the
     same per-client evaluation and, for FedAvg, the same global model."""
@@ -102,7 +102,7 @@ def test_what_the_sparse_path_cannot_serve_is_refused_in_one_line(overrides, nam
 
 
 @pytest.mark.parametrize("overrides, resolved", [
-    (["algorithm=fedavg"], True), (["algorithm=fedspray"], True),
+    (["algorithm=fedavg"], True), (["algorithm=fedspray"], True), (["algorithm=fedlit"], True),
     (["algorithm=fedstar"], False), (["model.name=sage"], False),
     (["engine=batched"], False), (["dataset=PROTEINS"], False),
 ])

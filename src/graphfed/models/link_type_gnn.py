@@ -36,6 +36,7 @@ from torch_geometric.utils import scatter
 from graphfed.models.dropout import dropout
 from graphfed.models.gnn import ModelOptions
 from graphfed.models.link_types import assign_link_types
+from graphfed.models.sparse import to_csr
 
 CHANNEL_LAYERS = ("gcn", "sage", "sgc")
 PROTOTYPES = "prototypes"
@@ -145,8 +146,12 @@ class LinkTypeGNN(nn.Module):
         self.classifier = nn.Linear(h, num_classes)
 
     def prepare(self, graph: Data) -> Data:
-        """The raw edges: the normalisation depends on the link types, which move every step."""
-        return graph.clone()
+        """The raw edges (the normalisation depends on the link types, which move every step);
+        the features as CSR under ``model.sparse_features`` (the first step is linear)."""
+        prepared = graph.clone()
+        if self.opts.sparse_features:
+            prepared.x = to_csr(prepared.x)
+        return prepared
 
     def channel_edges(self, h: Tensor, edge_index: Tensor) -> TypedEdges:
         """The E-step on ``h`` and the channels' edges it gives."""

@@ -207,5 +207,6 @@ FEDLIT = register(Algorithm(
     levels=("node",),
     model=build_link_type_gnn,
     check=check_backbone,
+    sparse_features=True,
     description="EM-clustered latent link types, one GNN channel each; the server matches the "
                 "clients' edge prototypes and averages each channel with those matched to it"))
