@@ -141,8 +141,8 @@ runner = CliRunner()
 BAD = [
     (["aggregation.rule=average"], "aggregation.rule: Input should be 'mean', 'median'"),
     (["aggregation.rule=median", "algorithm=local"],
-     "aggregation.rule=median applies to the averaging family (fairgfl, fedavg, fedgcn, fedprox, "
-     "fedsage, fedsage+, graphfl, qfedavg, scaffold); algorithm 'local' is personalized"),
+     "aggregation.rule=median applies to the averaging family (fairgfl, fedavg, fedgcn, fedlit, "
+     "fedprox, fedsage, fedsage+, graphfl, qfedavg, scaffold); algorithm 'local' is personalized"),
     (["aggregation.trim=0.5"], "aggregation.trim: Input should be less than 0.5"),
     (["aggregation.colour=1"],
      "aggregation.colour: unknown key; valid keys: bucket, byzantine, clip"),
