@@ -152,3 +152,15 @@ def test_a_tiny_table3_run_on_the_published_physics_clients(tmp_path, monkeypatc
     physics = table[("Coauthor-Physics", "overall_acc")]
     assert physics["paper"] == "0.9323±0.0027" and 0 < float(physics["ours_mean"]) <= 1
     assert table[("PubMed", "minority_acc")]["ours_mean"] == ""
+
+
+@require("Coauthor-Physics")
+def test_the_proxy_width_sweep_draws_its_bars(tmp_path, monkeypatch):
+    """Fig. 5 as bars of the table's own rows: one real one-round Physics cell is enough."""
+    monkeypatch.setattr(fedspray.PROXY_DIM, "quick", ["rounds=1"])
+    out, _, _ = reproduce("fedspray-proxy-dim", methods=["fedspray[d_s=4]"],
+                          datasets=["Coauthor-Physics"], seeds=1, quick=True,
+                          out=tmp_path / "dim", progress=False)
+    assert {r["metric"] for r in _table(out) if r["ours_mean"]} == {"overall_acc",
+                                                                     "minority_acc"}
+    assert (out / "bars.png").stat().st_size > 10_000
