@@ -107,7 +107,7 @@ def test_backbones_option_keeps_only_those_backbones(tmp_path):
                                       "--out", str(tmp_path / "t2"), "--quiet"])
     assert result.exit_code == 0, result.output
     rows = _table(tmp_path / "t2")
-    assert {r["dataset"] for r in rows} == {"PubMed/backbone=sgc", "PubMed/backbone=sage"}
+    assert {r["dataset"] for r in rows} == {"PubMed/sgc", "PubMed/sage"}
     assert all(r["paper"] and not r["ours_mean"] for r in rows)
 
 
@@ -133,7 +133,7 @@ def test_a_tiny_dev_reproduction_reads_pooled_numbers_at_the_best_validation_rou
     assert {(r["method"], r["metric"]) for r in table} == {
         (m, k) for m in ("fedspray", "fedavg") for k in ("overall_acc", "minority_acc")}
     for row in table:
-        assert row["dataset"] == "Cora_ML/backbone=gcn" and row["select"] == "min_val_loss"
+        assert row["dataset"] == "Cora_ML/gcn" and row["select"] == "min_val_loss"
         assert 0 < float(row["ours_mean"]) <= 1 and not row["paper"]
     assert "NOT PAPER RESULTS" in (out / "table.md").read_text()
 
@@ -147,11 +147,11 @@ def test_a_tiny_table3_run_on_the_published_physics_clients(tmp_path, monkeypatc
                                 quick=True, out=tmp_path / "t3", progress=False)
     assert skipped == ["PubMed: dataset files not present under GRAPHFED_DATA"]
     table = {(r["dataset"], r["metric"]): r for r in _table(out)}
-    assert set(table) == {(d, m) for d in ("PubMed", "Coauthor-Physics")
+    assert set(table) == {(d, m) for d in ("PubMed/gcn", "Physics/gcn")
                           for m in ("overall_acc", "minority_acc")}
-    physics = table[("Coauthor-Physics", "overall_acc")]
+    physics = table[("Physics/gcn", "overall_acc")]
     assert physics["paper"] == "0.9323±0.0027" and 0 < float(physics["ours_mean"]) <= 1
-    assert table[("PubMed", "minority_acc")]["ours_mean"] == ""
+    assert table[("PubMed/gcn", "minority_acc")]["ours_mean"] == ""
 
 
 @require("Coauthor-Physics")
@@ -164,3 +164,15 @@ def test_the_proxy_width_sweep_draws_its_bars(tmp_path, monkeypatch):
     assert {r["metric"] for r in _table(out) if r["ours_mean"]} == {"overall_acc",
                                                                      "minority_acc"}
     assert (out / "bars.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("preset, label, shown", [
+    ("fedspray-table2", "Coauthor-Physics/backbone=sgc", "Physics/sgc"),
+    ("fedspray-table2", "PubMed/backbone=gcn", "PubMed/gcn"),
+    ("fedspray-table3", "Coauthor-Physics", "Physics/gcn"),
+    ("fedspray-table5", "WikiCS/E=10", "WikiCS/gcn/E=10"),
+    ("fedspray-lambda", "Coauthor-Physics", "Physics/sage"),
+])
+def test_tables_name_each_column_dataset_slash_backbone(preset, label, shown):
+    """The contract scripts read: ``dataset`` is ``<NAME>/<backbone>`` with the paper's names."""
+    assert get_preset(preset).table_label(label) == shown

@@ -51,6 +51,9 @@ class Preset:
     # and its row is over the folds x seeds runs
     folds: int = 0
     report_missing: bool = False  # a setting that cannot run keeps its paper numbers (ours empty)
+    # the dataset column as the written table shows it (the paper's names, a contract's form);
+    # labels stay the internal setting labels everywhere else (paper lookup, run folders)
+    table_label: Callable[[str], str] | None = None
     # a table computed without training (e.g. an attack simulation): seeds -> its rows
     # (method, dataset, metric, ours_mean, ours_std); every run-based field above is then unused
     computed: Callable[[int], list[dict]] | None = None

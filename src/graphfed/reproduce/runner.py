@@ -431,6 +431,8 @@ def reproduce(name: str, methods: list[str] | None = None, datasets: list[str] |
             mine = [c for c in cells if c.dataset == label and c.variant is variant]
             rows.extend(cell_rows(preset, variant, label, mine, references, seed_list, vectors,
                                   fairness_on, rule))
+    if preset.table_label is not None:
+        rows = [{**row, "dataset": preset.table_label(row["dataset"])} for row in rows]
     title = f"{name}: {preset.description} ({_scope(count, fold_list, quick, overrides)}; " \
             f"select {rule}: {SELECTORS[rule]})"
     write_tables(rows, out, title, preset.notes, rule)

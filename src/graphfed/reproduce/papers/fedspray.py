@@ -23,13 +23,31 @@ baselines.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from graphfed.reproduce.figures import metric_bars
 from graphfed.reproduce.preset import Preset, Variant, paper_numbers, register
+from graphfed.reproduce.settings import SEPARATOR, parse_label
 
 BACKBONES = ("gcn", "sgc", "sage")
 SETTING_KEYS = {"backbone": "model.name", "E": "local_epochs"}
+PAPER_NAMES = {"Coauthor-Physics": "Physics"}  # the paper's names where graphfed's differ
+
+
+def paper_label(backbone: str | None = None) -> Callable[[str], str]:
+    """The tables' dataset column as ``<NAME>/<backbone>`` (``Physics/gcn``; the issue's
+    contract), the paper's dataset name first, then the backbone (the setting's, or the
+    preset's one ``backbone``), then any other setting as ``key=value`` (``WikiCS/gcn/E=3``)."""
+    def label(text: str) -> str:
+        setting = parse_label(text, SETTING_KEYS)
+        parts = dict(setting.components)
+        chosen = parts.pop("backbone", backbone)
+        return SEPARATOR.join([PAPER_NAMES.get(setting.dataset, setting.dataset),
+                               *([chosen] if chosen else []),
+                               *(f"{k}={v}" for k, v in parts.items())])
+    return label
+
 CLIENTS = {"PubMed": 7, "WikiCS": 12, "Coauthor-Physics": 12, "Flickr": 20}
 PAPER_DATASETS = tuple(CLIENTS)
 METRICS = ("overall_acc", "minority_acc")
@@ -95,6 +113,7 @@ TABLE2 = register(Preset(
     paper=beside(paper_numbers("fedspray", "table2"), [v.method for v in TABLE2_VARIANTS],
                  {"fedspray": ("fedspray[code]",), "gcfl": ("gcfl+",)}),
     select="min_val_loss", setting_keys=SETTING_KEYS, report_missing=True,
+    table_label=paper_label(),
     notes=METRIC_NOTE + PROFILE_NOTE + PROTOCOL_NOTE + (
         "Baselines (our node-level adaptations; the paper gives no settings): 300 rounds, Adam "
         "at lr 0.003 without weight decay; gcfl and gcfl+ share the message-passing layers, "
@@ -111,7 +130,7 @@ TABLE3 = register(Preset(
     datasets=["PubMed", "Coauthor-Physics"], metrics=METRICS, base=[*PUBLISHED, "model=gcn"],
     seeds=5, quick=QUICK, quick_seeds=2, dataset_overrides=DATASET_OVERRIDES,
     paper=paper_numbers("fedspray", "table3"), select="min_val_loss",
-    report_missing=True,
+    report_missing=True, table_label=paper_label("gcn"),
     notes=METRIC_NOTE + "Both rows run the paper profile (300 rounds, λ1 = 5); fedspray[s0] "
           "holds every proxy at zero (fedspray.zero_proxies=true). " + PROTOCOL_NOTE))
 
@@ -124,6 +143,7 @@ TABLE5 = register(Preset(
     base=[*PUBLISHED, "model=gcn"], seeds=5, quick=QUICK, quick_seeds=2,
     dataset_overrides=DATASET_OVERRIDES, paper=paper_numbers("fedspray", "table5"),
     select="min_val_loss", setting_keys=SETTING_KEYS, report_missing=True,
+    table_label=paper_label("gcn"),
     notes=METRIC_NOTE + "E: local epochs (each of FedSpray's two phases runs E). FedSpray runs "
           "the paper profile (300 rounds, λ1 = 5), FedAvg 300 rounds. " + PROTOCOL_NOTE))
 
@@ -144,6 +164,7 @@ LAMBDA = register(Preset(
     datasets=["PubMed", "WikiCS", "Coauthor-Physics"], metrics=METRICS,
     base=[*PUBLISHED, "model=sage"], seeds=5, quick=QUICK, quick_seeds=2,
     dataset_overrides=DATASET_OVERRIDES, select="min_val_loss", figures=[sweep_bars],
+    table_label=paper_label("sage"),
     notes=METRIC_NOTE + "Every row runs the paper profile (300 rounds) with its own λ1. The "
           "paper prints Fig. 4 as bars only (no numbers); the text recommends λ1 = 10 for "
           "PubMed and 5 for WikiCS with GraphSAGE. " + PROTOCOL_NOTE))
@@ -157,7 +178,7 @@ PROXY_DIM = register(Preset(
                       (*FEDSPRAY.overrides, f"fedspray.proxy_dim={d}")) for d in PROXY_DIMS],
     datasets=["WikiCS", "Coauthor-Physics"], metrics=METRICS, base=[*PUBLISHED, "model=gcn"],
     seeds=5, quick=QUICK, quick_seeds=2, dataset_overrides=DATASET_OVERRIDES,
-    select="min_val_loss", figures=[sweep_bars],
+    select="min_val_loss", figures=[sweep_bars], table_label=paper_label("gcn"),
     notes=METRIC_NOTE + "Every row runs the paper profile (300 rounds, λ1 = 5) with its own d_s "
           "(the GNN stays at width 64). The paper prints Fig. 5 as curves only; the powers of "
           "two from 4 to 256 are our reading of its axis. " + PROTOCOL_NOTE))
@@ -172,7 +193,7 @@ DEV = register(Preset(
     base=["partition=louvain", "partition.mode=largest", "num_clients=7", *TRAINING,
           f"rounds={PAPER_ROUNDS}"],
     seeds=5, quick=QUICK, quick_seeds=2, select="min_val_loss",
-    setting_keys=SETTING_KEYS,
+    setting_keys=SETTING_KEYS, table_label=paper_label(),
     notes="NOT PAPER RESULTS: Cora_ML and Amazon-Photo are not among FedSpray's datasets; the "
           "clients are the 7 largest Louvain communities (resolution 1, seeded by the run's "
           "seed), split 40/30/30. " + METRIC_NOTE + PROFILE_NOTE))
