@@ -24,16 +24,11 @@ from graphfed.algorithms.registry import FAMILIES, Algorithm, load_all
 from graphfed.config import load_config
 from graphfed.experiment import build_federation, resume_experiment, run_experiment
 from graphfed.protocol import Message
-from tests.conftest import cpu_threads, interrupted_run, require
+from tests.conftest import SMALL_RUN, cpu_threads, interrupted_run, require
 
 ALGORITHMS = load_all()
 DATASET = {"node": ["dataset=Cora", "partition=metis"],
            "graph": ["dataset=MUTAG", "partition=dirichlet", "model=gin"]}
-# smaller generator and fewer of its rounds keep FedSage+ at a few seconds; every other
-# algorithm runs on its defaults
-FASTER = {"fedsage+": ["fedsage+.fgen_hidden=[32]", "fedsage+.gen_rounds=2"],
-          # FairGFL needs the server's public node pool, which only its partition holds out
-          "fairgfl": ["partition=fairgfl_overlap", "fairgfl.encoder_epochs=5"]}
 TIMINGS = ("train_seconds", "eval_seconds")
 # option modes that change what a party keeps or sends, checked as algorithms of their own
 NODE = ["dataset=Cora", "partition=metis", "model=gcn"]  # node level of a graph-first algorithm
@@ -43,13 +38,15 @@ MODES = {"scaffold": {"compat": ["scaffold.compat_gpfl_code=true", "optimizer.pe
          "fedstar": {"node": NODE},
          "fgfl": {"node": NODE},
          "fedgcn": {"dedup": ["fedgcn.dedup_overlaps=true"]},
-         "fedspray": {"code": ["fedspray.profile=code"]}}
+         "fedspray": {"code": ["fedspray.profile=code"]},
+         # its server and its clients list the prototypes at different places of the model
+         "fedlit": {"persistent": ["optimizer.persistent=true"]}}
 
 
 def _overrides(algorithm: Algorithm, *extra: str) -> list[str]:
     level = algorithm.levels[0]
     return [f"algorithm={algorithm.name}", *DATASET[level], "num_clients=3", "rounds=2",
-            "device=cpu", "checkpoint_every=1", *FASTER.get(algorithm.name, []), *extra]
+            "device=cpu", "checkpoint_every=1", *SMALL_RUN.get(algorithm.name, []), *extra]
 
 
 def _marks(name: str) -> list:

@@ -98,7 +98,9 @@ class Trainer:
         move the parameters after each epoch (``EpochHook``). With a persistent
         optimizer its state is read from and written back to ``memory`` (the client's state)."""
         live = {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
-        optimizer = self.make_optimizer(list(live.values()))
+        # by name, so that a persistent state meets the same tensors whatever order a message
+        # lists them in (FedLit's server and client list its prototypes at different places)
+        optimizer = self.make_optimizer([live[k] for k in sorted(live)])
         keep = self.optimizer.persistent and memory is not None
         if keep and "optimizer" in memory:
             optimizer.load_state_dict(memory["optimizer"])

@@ -80,8 +80,14 @@ def mixture(alpha: float, v: Params, w: Params) -> Params:
 
 
 def alpha_gradient(v: Params, w: Params, mixed_gradient: Params) -> Tensor:
-    """∂f(α v + (1 − α) w)/∂α = ⟨v − w, ∇f(v̄)⟩, given ∇f at v̄ (the paper's α update)."""
-    return sum(((v[k] - w[k]) * mixed_gradient[k]).sum() for k in mixed_gradient)
+    """∂f(α v + (1 − α) w)/∂α = ⟨v − w, ∇f(v̄)⟩, given ∇f at v̄ (the paper's α update).
+
+    Summed in float64 and rounded back to the gradients' dtype: a float32 sum of this many
+    terms splits across CPU threads, and its last bits (then α's) would depend on the thread
+    count."""
+    total = sum(((v[k] - w[k]).double() * mixed_gradient[k].double()).sum()
+                for k in mixed_gradient)
+    return total.to(next(iter(mixed_gradient.values())).dtype)
 
 
 def projected_alpha_step(alpha: float, gradient: float, lr: float, l2: float) -> float:
