@@ -267,15 +267,34 @@ def test_a_bad_override_is_refused_before_any_training(tmp_path):
 
 
 @require("PROTEINS")
-def test_cells_run_in_worker_processes_give_the_same_table(tmp_path):
+def test_seeds_trained_in_worker_processes_give_the_same_table(tmp_path):
     def table(jobs: int, out: str) -> list[dict]:
         _, rows, _ = reproduce("fgfl-ablation", methods=["self-train", "fgfl-no-reward"],
-                               seeds=1, out=tmp_path / out, progress=False, jobs=jobs,
+                               seeds=2, out=tmp_path / out, progress=False, jobs=jobs,
                                overrides=("rounds=2", "eval_every=2"))
         return rows
 
     together = table(2, "two")
     assert together == table(1, "one")
-    assert len(list((tmp_path / "two" / "runs").iterdir())) == 2
+    runs = tmp_path / "two" / "runs"
+    # every seed moved into its cell; the workers' staging folder is left empty
+    assert sorted(p.name for p in runs.iterdir() if p.name != ".seeds") == [
+        "fgfl-no-reward-PROTEINS", "self-train-PROTEINS"]
+    assert list((runs / ".seeds").iterdir()) == []
+    for cell in ("fgfl-no-reward-PROTEINS", "self-train-PROTEINS"):
+        assert json.loads((runs / cell / "summary.json").read_text())["seeds"] == [0, 1]
     with pytest.raises(GraphfedError, match="jobs"):
         reproduce("fgfl-ablation", jobs=0)
+
+
+@require("PROTEINS")
+def test_a_third_seed_with_workers_trains_only_that_seed(tmp_path):
+    kwargs = dict(methods=["self-train"], out=tmp_path, progress=False, jobs=2,
+                  overrides=("rounds=2", "eval_every=2"))
+    reproduce("fgfl-ablation", seeds=2, **kwargs)
+    cell = tmp_path / "runs" / "self-train-PROTEINS"
+    before = {s: (cell / f"seed-{s}" / "summary.json").stat().st_mtime_ns for s in (0, 1)}
+    reproduce("fgfl-ablation", seeds=3, **kwargs)
+    after = {s: (cell / f"seed-{s}" / "summary.json").stat().st_mtime_ns for s in (0, 1)}
+    assert after == before  # the finished seeds were kept, not retrained
+    assert json.loads((cell / "summary.json").read_text())["seeds"] == [0, 1, 2]

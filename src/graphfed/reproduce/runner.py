@@ -152,9 +152,43 @@ def _but_seeds(config: dict) -> dict:
     return {k: v for k, v in config.items() if k not in ("seed", "seeds")}
 
 
-def _run_in_worker(cell: Cell, runs: Path) -> tuple[Path, dict]:
-    run_cell(cell, runs, progress=False)
-    return cell.run_dir, cell.summary
+STAGING = ".seeds"  # under OUT/runs: one run directory per seed trained by a worker
+
+
+def seeds_to_train(cell: Cell, runs: Path) -> list[int]:
+    """Make the cell's directory hold its wanted config (a cell whose config differs beyond its
+    seeds starts afresh) and return the seeds it has not finished."""
+    path = runs / cell.config.name
+    wanted = cell.config.to_dict()
+    saved = _saved_config(path) if (path / "config.yaml").is_file() else None
+    if saved is None or _but_seeds(saved) != _but_seeds(wanted):
+        if path.exists():
+            shutil.rmtree(path)
+        path.mkdir(parents=True)
+    if saved != wanted:
+        (path / "summary.json").unlink(missing_ok=True)
+        (path / "config.yaml").write_text(yaml.safe_dump(wanted, sort_keys=False))
+    return [s for s in cell.config.run_seeds
+            if not (path / f"seed-{s}" / "summary.json").is_file()]
+
+
+def _train_seed(cell: Cell, seed: int, runs: Path) -> Path:
+    """One seed of a cell as a run of its own under ``runs/.seeds`` (reused or resumed there
+    like any cell); returns its directory."""
+    config = cell.config.model_copy(update={"seeds": [seed], "seed": seed,
+                                            "name": f"{cell.config.name}-seed{seed}"})
+    staged = Cell(cell.variant, cell.dataset, config, cell.fold)
+    run_cell(staged, runs / STAGING, progress=False)
+    return staged.run_dir
+
+
+def _adopt_seed(staged: Path, cell_dir: Path, seed: int) -> None:
+    """Move a worker's finished seed into its cell's directory."""
+    target = cell_dir / f"seed-{seed}"
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.move(str(staged / f"seed-{seed}"), str(target))
+    shutil.rmtree(staged)
 
 
 def _share_cores(jobs: int) -> None:
@@ -163,22 +197,32 @@ def _share_cores(jobs: int) -> None:
 
 
 def run_cells(cells: list[Cell], runs: Path, progress: bool, jobs: int) -> None:
-    """Run (or reuse, or resume) every cell; with ``jobs > 1`` in that many worker processes,
-    which share the machine's cores and its GPU. Each cell is its own run directory, so an
-    interrupted preset resumes the same way whatever ``jobs`` was."""
-    if jobs == 1 or len(cells) < 2:
-        for cell in cells:
-            run_cell(cell, runs, progress)
-        return
+    """Run (or reuse, or resume) every cell. With ``jobs > 1`` every unfinished seed of every
+    cell is a task of its own for that many worker processes, which share the machine's cores
+    and its GPU: a worker trains the seed as a run under ``runs/.seeds`` (an interrupted one
+    resumes there), the finished seed moves into its cell, and each cell's summary is then
+    written from its seeds. A seed's run depends on its config and seed alone, so the table
+    is the one ``jobs = 1`` gives."""
+    if jobs > 1:
+        tasks = [(cell, seed) for cell in cells for seed in seeds_to_train(cell, runs)]
+        if len(tasks) > 1:
+            _train_seeds(tasks, runs, progress, jobs)
+    for cell in cells:
+        run_cell(cell, runs, progress)
+
+
+def _train_seeds(tasks: list[tuple[Cell, int]], runs: Path, progress: bool, jobs: int) -> None:
     context = multiprocessing.get_context("spawn")  # CUDA cannot be forked
-    with ProcessPoolExecutor(min(jobs, len(cells)), mp_context=context,
+    with ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=context,
                              initializer=_share_cores, initargs=(jobs,)) as pool:
-        futures = {pool.submit(_run_in_worker, cell, runs): cell for cell in cells}
+        futures = {pool.submit(_train_seed, cell, seed, runs): (cell, seed)
+                   for cell, seed in tasks}
         for done, future in enumerate(as_completed(futures), 1):
-            cell = futures[future]
-            cell.run_dir, cell.summary = future.result()
+            cell, seed = futures[future]
+            _adopt_seed(future.result(), runs / cell.config.name, seed)
             if progress:
-                print(f"[{done}/{len(cells)}] {cell.config.name} finished", flush=True)
+                print(f"[{done}/{len(tasks)}] {cell.config.name} seed {seed} finished",
+                      flush=True)
 
 
 def _saved_config(path: Path) -> dict | None:
