@@ -218,3 +218,18 @@ def test_concat_widens_the_classifier_only():
     assert fed.runtime.server.encoder[f"{encoder.PROJECTOR}.weight"].shape == (CORA_CLASSES, 16)
     _, replies = exchanged(fed, 1)
     assert all(ENCODER + "classifier.weight" in m.tensors for m in replies.values())
+
+
+def test_a_class_without_labelled_nodes_uploads_a_zero_proxy():
+    """Spec §2: client k's proxy row for a class it has no labelled node of is zero (the
+    server's class weights give such a row no weight: the alignment-weights test)."""
+    fed = federation()
+    _, replies = exchanged(fed, 1)
+    contexts = fed.runtime.contexts
+    absent = [(c, j) for c in replies for j in range(CORA_CLASSES)
+              if not bool((contexts[c].data.labels("train") == j).any())]
+    assert absent, "the test federation should have a client without some class"
+    for c, j in absent:
+        assert torch.count_nonzero(replies[c].tensors[PROXIES][j]) == 0, (c, j)
+    present = [(c, j) for c in replies for j in range(CORA_CLASSES) if (c, j) not in absent]
+    assert all(torch.count_nonzero(replies[c].tensors[PROXIES][j]) > 0 for c, j in present)

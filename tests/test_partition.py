@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from graphfed.data import build_partition, materialize, parse_partition
+from graphfed.data.federated import _node_client, _node_clients
 from graphfed.data.partition.graph import flip_edges
 from graphfed.errors import GraphfedError
 from tests.conftest import require
@@ -251,3 +252,29 @@ def test_quality_tiers_are_3_3_4_with_ratios_in_their_ranges():
         lo, hi = QUALITY_TIERS[group]
         assert all(lo <= ratios[c] < hi for c in members)
     assert quality_tier_flips(10, seed=0) == (ratios, groups)
+
+
+@pytest.mark.parametrize("spec", ["metis", "louvain"])
+def test_one_pass_client_subgraphs_equal_one_subgraph_per_client(cora, spec):
+    """The one-pass construction (disjoint clients) gives each client exactly what PyG's
+    ``subgraph`` of its nodes gives: features, labels, splits, edges in the graph's order, and
+    the edges it loses; nodes held out for the global test belong to no client."""
+    art = build_partition(cora, parse_partition({"name": spec, "global_test": 0.1}), 6, seed=0)
+    fast = _node_clients(cora.graph, art.client_ids, art.client_splits)
+    for client, ids, splits in zip(fast, art.client_ids, art.client_splits, strict=True):
+        slow = _node_client(cora.graph, ids, splits)
+        assert client.lost_edges == slow.lost_edges
+        assert torch.equal(client.global_ids, slow.global_ids)
+        for key in ("x", "y", "edge_index", "train_mask", "val_mask", "test_mask"):
+            assert torch.equal(getattr(client.graph, key), getattr(slow.graph, key)), key
+    assert sum(c.lost_edges for c in fast) > 0
+
+
+def test_overlapping_clients_still_get_their_induced_subgraphs(cora):
+    ids = [torch.arange(0, 300), torch.arange(200, 500)]  # nodes 200..299 in both
+    splits = [torch.zeros(300, dtype=torch.long), torch.ones(300, dtype=torch.long)]
+    fast = _node_clients(cora.graph, ids, splits)
+    for client, i, s in zip(fast, ids, splits, strict=True):
+        slow = _node_client(cora.graph, i, s)
+        assert torch.equal(client.graph.edge_index, slow.graph.edge_index)
+        assert client.lost_edges == slow.lost_edges

@@ -228,6 +228,40 @@ def _node_client(graph: Data, ids: torch.Tensor, splits: torch.Tensor) -> NodeCl
     return NodeClient(sub, ids, lost_edges=incident - edge_index.size(1))
 
 
+def _node_clients(graph: Data, client_ids: list[torch.Tensor],
+                  client_splits: list[torch.Tensor]) -> list[NodeClient]:
+    """Every client's induced subgraph. Where no node belongs to two clients, one pass over the
+    edges serves them all (each edge kept by the client owning both ends, in the graph's edge
+    order, as ``subgraph`` keeps it): per client only its own nodes and edges are touched, not
+    the whole graph, which matters for 10,000 clients of a 10-million-node graph."""
+    sizes = [len(ids) for ids in client_ids]
+    owner = torch.full((graph.num_nodes,), -1, dtype=torch.long)
+    owner[torch.cat(client_ids)] = torch.repeat_interleave(
+        torch.arange(len(client_ids)), torch.tensor(sizes))
+    if int((owner >= 0).sum()) != sum(sizes):  # overlapping clients: one subgraph each
+        return [_node_client(graph, ids, splits)
+                for ids, splits in zip(client_ids, client_splits, strict=True)]
+    position = torch.empty(graph.num_nodes, dtype=torch.long)
+    for ids in client_ids:
+        position[ids] = torch.arange(len(ids))
+    src, dst = owner[graph.edge_index[0]], owner[graph.edge_index[1]]
+    inside = (src == dst) & (src >= 0)
+    counts = torch.bincount(src[inside], minlength=len(client_ids))
+    incident = (torch.bincount(src[src >= 0], minlength=len(client_ids))
+                + torch.bincount(dst[dst >= 0], minlength=len(client_ids)) - counts)
+    kept = inside.nonzero().view(-1)
+    kept = kept[torch.sort(src[kept], stable=True).indices]
+    edges = position[graph.edge_index[:, kept]].split(counts.tolist(), dim=1)
+    clients = []
+    for ids, splits, edge_index, touching, inner in zip(
+            client_ids, client_splits, edges, incident.tolist(), counts.tolist(), strict=True):
+        sub = Data(x=graph.x[ids], edge_index=edge_index, y=graph.y[ids])
+        for code, name in enumerate(SPLITS):
+            setattr(sub, f"{name}_mask", splits == code)
+        clients.append(NodeClient(sub, ids, lost_edges=touching - inner))
+    return clients
+
+
 def _graph_client(graphs: list[Data], ids: torch.Tensor, splits: torch.Tensor,
                   flips: dict[int, torch.Tensor]) -> GraphClient:
     by_split: dict[str, list[Data]] = {s: [] for s in SPLITS}
@@ -248,9 +282,7 @@ def materialize(data: GraphDataset, artifact: PartitionArtifact) -> FederatedDat
     if data.level == "node":
         graph = (data.graph if artifact.edge_relabel is None  # the graph the partition split
                  else renumbered_graph(data.graph, artifact.edge_relabel))
-        clients = [_node_client(graph, ids, splits)
-                   for ids, splits in zip(artifact.client_ids, artifact.client_splits,
-                                          strict=True)]
+        clients = _node_clients(graph, artifact.client_ids, artifact.client_splits)
         global_test = (_node_client(graph, test_ids, torch.full_like(test_ids, 2))
                        if len(test_ids) else None)
         public_ids = artifact.public_ids
