@@ -10,7 +10,8 @@ peak allocation):
         [--engine sequential|batched]
 
 ends with ``RESULT case=csbm-<N>-<K> setup_s=... round_s=... central_s=... ratio=... eval_s=...
-peak_gb=...`` (round and centralized epoch: median over R rounds after one warm-up).
+peak_gb=...`` (a round: the median of R after one warm-up round; the centralized epoch: the
+median of R).
 """
 
 from __future__ import annotations

@@ -222,10 +222,17 @@ def _node_client(graph: Data, ids: torch.Tensor, splits: torch.Tensor) -> NodeCl
     touching = torch.zeros(graph.num_nodes, dtype=torch.bool)
     touching[ids] = True
     incident = int((touching[graph.edge_index[0]] | touching[graph.edge_index[1]]).sum())
+    return _client_of(graph, ids, splits, edge_index, incident - edge_index.size(1))
+
+
+def _client_of(graph: Data, ids: torch.Tensor, splits: torch.Tensor, edge_index: torch.Tensor,
+               lost_edges: int) -> NodeClient:
+    """The client holding ``graph``'s nodes ``ids`` (split codes ``splits``) and its own edges
+    ``edge_index`` (numbered by position in ``ids``)."""
     sub = Data(x=graph.x[ids], edge_index=edge_index, y=graph.y[ids])
     for code, name in enumerate(SPLITS):
         setattr(sub, f"{name}_mask", splits == code)
-    return NodeClient(sub, ids, lost_edges=incident - edge_index.size(1))
+    return NodeClient(sub, ids, lost_edges=lost_edges)
 
 
 def _node_clients(graph: Data, client_ids: list[torch.Tensor],
@@ -252,14 +259,9 @@ def _node_clients(graph: Data, client_ids: list[torch.Tensor],
     kept = inside.nonzero().view(-1)
     kept = kept[torch.sort(src[kept], stable=True).indices]
     edges = position[graph.edge_index[:, kept]].split(counts.tolist(), dim=1)
-    clients = []
-    for ids, splits, edge_index, touching, inner in zip(
-            client_ids, client_splits, edges, incident.tolist(), counts.tolist(), strict=True):
-        sub = Data(x=graph.x[ids], edge_index=edge_index, y=graph.y[ids])
-        for code, name in enumerate(SPLITS):
-            setattr(sub, f"{name}_mask", splits == code)
-        clients.append(NodeClient(sub, ids, lost_edges=touching - inner))
-    return clients
+    lost = (incident - counts).tolist()
+    return [_client_of(graph, *client) for client in
+            zip(client_ids, client_splits, edges, lost, strict=True)]
 
 
 def _graph_client(graphs: list[Data], ids: torch.Tensor, splits: torch.Tensor,

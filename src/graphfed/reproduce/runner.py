@@ -133,19 +133,28 @@ def run_cell(cell: Cell, runs: Path, progress: bool) -> None:
     A run that differs only in its seeds keeps every finished seed: raising ``--repeats`` (or
     ``--seeds``) trains only the new ones, and lowering it retrains nothing."""
     path = runs / cell.config.name
-    wanted = cell.config.to_dict()
-    saved = _saved_config(path) if (path / "config.yaml").is_file() else None
-    if saved == wanted and (path / "summary.json").is_file():
+    if not _keeps_its_seeds(path, cell.config):
+        cell.run_dir, cell.summary = run(cell.config, runs, progress=progress)
+    elif (path / "summary.json").is_file():
         cell.run_dir, cell.summary = path, read_json(path / "summary.json", "run summary")
-    elif saved is not None and _but_seeds(saved) == _but_seeds(wanted):
-        if saved != wanted:
-            (path / "summary.json").unlink(missing_ok=True)
-            (path / "config.yaml").write_text(yaml.safe_dump(wanted, sort_keys=False))
-        cell.run_dir, cell.summary = resume(path, progress=progress)
     else:
+        cell.run_dir, cell.summary = resume(path, progress=progress)
+
+
+def _keeps_its_seeds(path: Path, config: ExperimentConfig) -> bool:
+    """Whether the run directory ``path`` can serve ``config``: it holds the same config but for
+    the seeds (then it is made to hold ``config`` itself, its summary dropped if the seeds
+    changed); otherwise whatever is there is removed."""
+    wanted = config.to_dict()
+    saved = _saved_config(path) if (path / "config.yaml").is_file() else None
+    if saved is None or _but_seeds(saved) != _but_seeds(wanted):
         if path.exists():
             shutil.rmtree(path)
-        cell.run_dir, cell.summary = run(cell.config, runs, progress=progress)
+        return False
+    if saved != wanted:
+        (path / "summary.json").unlink(missing_ok=True)
+        (path / "config.yaml").write_text(yaml.safe_dump(wanted, sort_keys=False))
+    return True
 
 
 def _but_seeds(config: dict) -> dict:
@@ -156,18 +165,12 @@ STAGING = ".seeds"  # under OUT/runs: one run directory per seed trained by a wo
 
 
 def seeds_to_train(cell: Cell, runs: Path) -> list[int]:
-    """Make the cell's directory hold its wanted config (a cell whose config differs beyond its
-    seeds starts afresh) and return the seeds it has not finished."""
+    """Make the cell's directory hold its config (a cell whose config differs beyond its seeds
+    starts afresh) and return the seeds it has not finished."""
     path = runs / cell.config.name
-    wanted = cell.config.to_dict()
-    saved = _saved_config(path) if (path / "config.yaml").is_file() else None
-    if saved is None or _but_seeds(saved) != _but_seeds(wanted):
-        if path.exists():
-            shutil.rmtree(path)
+    if not _keeps_its_seeds(path, cell.config):
         path.mkdir(parents=True)
-    if saved != wanted:
-        (path / "summary.json").unlink(missing_ok=True)
-        (path / "config.yaml").write_text(yaml.safe_dump(wanted, sort_keys=False))
+        (path / "config.yaml").write_text(yaml.safe_dump(cell.config.to_dict(), sort_keys=False))
     return [s for s in cell.config.run_seeds
             if not (path / f"seed-{s}" / "summary.json").is_file()]
 
