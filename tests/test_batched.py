@@ -147,3 +147,56 @@ def test_clients_the_engine_cannot_batch_train_alone_with_the_same_result():
     assert "persists" in batch_refusal(trainer, jobs[0].data)
     trainer, jobs = _jobs([*NODE, "sampling.fanouts=[5,5]", "model=sage"], [0])
     assert "sampled" in batch_refusal(trainer, jobs[0].data)
+
+
+NODE_GLOBAL = ["dataset=Cora", "partition=dirichlet", "partition.global_test=0.2",
+               "client_global_eval=true", "num_clients=4", "eval_train_split=true"]
+GRAPH_GLOBAL = [*GRAPH, "partition.global_test=0.2", "client_global_eval=true",
+                "eval_train_split=true"]
+# Local's clients deploy models of their own (a padded, vmapped pass), FedAvg's one global
+# model (their graphs joined into one)
+EVAL_CASES = {f"{algorithm}-{level}": [*base, f"algorithm={algorithm}"]
+              for algorithm in ("local", "fedavg")
+              for level, base in (("node", NODE_GLOBAL), ("graph", GRAPH_GLOBAL))}
+
+
+@pytest.mark.parametrize("case", [
+    pytest.param(case, marks=require("Cora" if "node" in case else "MUTAG"), id=case)
+    for case in EVAL_CASES])
+def test_clients_evaluated_together_score_what_they_score_one_by_one(case):
+    overrides = [*EVAL_CASES[case], "model.dropout=0.5", "local_epochs=1", "device=cpu"]
+    feds = {engine: build_federation(load_config(None, [*overrides, f"engine={engine}"]), 0)
+            for engine in ("sequential", "batched")}
+    fed = feds["sequential"]
+    fed.fit_round(1)
+    batched = feds["batched"]
+    batched.runtime.load_state_dict(fed.runtime.state_dict())  # the same models in both
+    batched.runtime.server.load_state_dict(fed.runtime.server.state_dict())
+    together, alone = batched.runtime._evaluations(
+        batched.runtime.server.configure_evaluate(1, list(range(4))))
+    assert sorted(together) == [0, 1, 2, 3] and not alone  # all scored in one pass
+    results = {engine: f.runtime.evaluate_round(1) for engine, f in feds.items()}
+    assert sorted(results["sequential"]) == sorted(results["batched"])
+    keys = ("acc", "loss", "macro_f1", "n", "minority_n", "minority_acc")
+    for client, metrics in results["sequential"].items():
+        assert set(metrics) == set(results["batched"][client]) >= {"val", "test", "train",
+                                                                   "global"}
+        for split, m in metrics.items():
+            other = results["batched"][client][split]
+            assert {k for k in keys if k in m} == {k for k in keys if k in other}
+            for key in (k for k in keys if k in m):
+                assert m[key] == pytest.approx(other[key], abs=1e-5), (client, split, key)
+
+
+@require("Cora")
+def test_evaluation_the_engine_cannot_stack_runs_one_by_one():
+    from graphfed.training.batched_eval import eval_refusal
+    trainer, jobs = _jobs([*NODE, "sampling.fanouts=[5,5]", "model=sage",
+                           "sampling.evaluate=sampled"], [0])
+    assert "sampled" in eval_refusal(trainer, jobs[0].data)
+    # FedGCN evaluates on features its exchange built: it keeps its own evaluate
+    fed = build_federation(load_config(None, [*NODE, "algorithm=fedgcn", "device=cpu",
+                                              "engine=batched"]), 0)
+    together, alone = fed.runtime._evaluations(
+        fed.runtime.server.configure_evaluate(1, [0, 1]))
+    assert not together and sorted(alone) == [0, 1]

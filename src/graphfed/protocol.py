@@ -312,9 +312,20 @@ class Client(ABC):
             head[TRAIN_LOSS] = stats.loss
         return Message(tensors, {**head, **scalars})
 
-    @abstractmethod
+    def evaluated_params(self, message: Message, ctx: ClientContext) -> Params | None:
+        """The parameters this client deploys, which its ``evaluate`` scores with
+        ``evaluate_params``; None where its evaluation is something else (it then overrides
+        ``evaluate``). Pure: no state change, no random draws."""
+        return None
+
     def evaluate(self, message: Message, ctx: ClientContext) -> dict[str, dict]:
-        """Metrics per split of the model this client would deploy."""
+        """Metrics per split of the model this client would deploy. A client that keeps this
+        method lets an engine score its ``evaluated_params`` itself (``evaluates_params``)."""
+        params = self.evaluated_params(message, ctx)
+        if params is None:
+            raise NotImplementedError(f"{type(self).__name__} names no evaluated parameters "
+                                      "and does not override evaluate")
+        return self.evaluate_params(params, ctx)
 
     def evaluate_params(self, params: Params, ctx: ClientContext) -> dict[str, dict]:
         """``params`` on the client's val/test splits, and on the shared global test set as
@@ -323,3 +334,9 @@ class Client(ABC):
         if ctx.global_test is not None:
             metrics["global"] = ctx.trainer.evaluate(params, ctx.global_test, ("test",))["test"]
         return metrics
+
+
+def evaluates_params(client: Client) -> bool:
+    """Whether ``client``'s evaluation is ``evaluate_params`` of its ``evaluated_params`` (it
+    keeps ``Client.evaluate``), so that an engine may score those parameters its own way."""
+    return type(client).evaluate is Client.evaluate

@@ -2,16 +2,27 @@
 receiver's device at the boundary, so no tensor is shared between the server and a client.
 
 With ``batched`` the sampled clients whose fit is a standard local step are trained together
-(``training.batched``); each still gets its own message and answers with its own reply, so the
-boundary, its checks and the byte counts are those of the sequential path."""
+(``training.batched``), and the clients whose evaluation scores the parameters they deploy are
+evaluated together (``training.batched_eval``); each still gets its own message and answers
+with its own reply, so the boundary, its checks and the byte counts are those of the
+sequential path."""
 
 from __future__ import annotations
 
-from graphfed.protocol import SERVER_DEVICE, Client, ClientContext, Server, move_messages
+from graphfed.protocol import (
+    SERVER_DEVICE,
+    Client,
+    ClientContext,
+    Message,
+    Server,
+    evaluates_params,
+    move_messages,
+)
 from graphfed.runtime.base import Runtime, answer_on_client, log
 from graphfed.seeding import call_seed, seeded_call
 from graphfed.tensors import move_tensors
 from graphfed.training.batched import ClientJob, batch_refusal, train_together
+from graphfed.training.batched_eval import EvalJob, eval_refusal, evaluate_together
 
 
 class SimulationRuntime(Runtime):
@@ -22,6 +33,7 @@ class SimulationRuntime(Runtime):
         self.contexts = contexts
         self.batched = batched
         self._layouts: dict = {}  # the batched engine's padded data of the last client set
+        self._eval_layouts: dict = {}  # the same for the clients evaluated together
 
     def _call(self, rnd, phase, client, message, answer):
         with seeded_call(self.seed, rnd, client, phase):
@@ -52,11 +64,9 @@ class SimulationRuntime(Runtime):
         trainer = None  # one batch trains one model object: the clients sharing the first's
         for c, m in messages.items():
             ctx = self.contexts[c]
-            key = (id(m), ctx.trainer.device)
-            if key not in on_device:
-                on_device[key] = m.to(ctx.trainer.device)
+            copy = _on_device(m, ctx, on_device)
             try:
-                step = self.client.local_step(on_device[key], ctx)
+                step = self.client.local_step(copy, ctx)
             except Exception:  # fitting alone, it fails there again and is dropped with why
                 step = None
             trainer = trainer or (ctx.trainer if step is not None else None)
@@ -65,7 +75,7 @@ class SimulationRuntime(Runtime):
                 alone[c] = m
             else:
                 seed = call_seed(self.seed, rnd, c, "fit")
-                together[c] = (on_device[key], ClientJob(step, ctx.data, seed))
+                together[c] = (copy, ClientJob(step, ctx.data, seed))
         return together, alone
 
     def _fit_together(self, rnd, together):
@@ -93,8 +103,34 @@ class SimulationRuntime(Runtime):
         return self._ask(0, "setup", messages, self.client.answer_setup)
 
     def deliver_evaluate(self, rnd, messages):
-        return {c: self._call(rnd, "evaluate", c, m, self.client.evaluate)
-                for c, m in messages.items()}
+        together, alone = self._evaluations(messages) if self.batched else ({}, messages)
+        results = {}
+        if together:
+            clients = sorted(together)
+            scored = evaluate_together(self.contexts[clients[0]].trainer,
+                                       [together[c] for c in clients], self._eval_layouts)
+            results = dict(zip(clients, scored, strict=True))
+        for c, m in alone.items():
+            results[c] = self._call(rnd, "evaluate", c, m, self.client.evaluate)
+        return results
+
+    def _evaluations(self, messages):
+        """Split the evaluate messages into clients scored together (each with the parameters
+        it deploys) and the rest, evaluated one by one. Evaluating draws nothing random, so
+        no client's stream is skipped."""
+        if not evaluates_params(self.client):
+            return {}, messages
+        together, alone, on_device = {}, {}, {}
+        trainer = None  # one pass runs one model object: the clients sharing the first's
+        for c, m in messages.items():
+            ctx = self.contexts[c]
+            trainer = trainer or ctx.trainer
+            if ctx.trainer is not trainer or eval_refusal(ctx.trainer, ctx.data) is not None:
+                alone[c] = m
+                continue
+            params = self.client.evaluated_params(_on_device(m, ctx, on_device), ctx)
+            together[c] = EvalJob(params, ctx.data, ctx.global_test)
+        return together, alone
 
     def state_dict(self):
         return {**super().state_dict(), "clients": [ctx.state for ctx in self.contexts]}
@@ -103,6 +139,15 @@ class SimulationRuntime(Runtime):
         super().load_state_dict(state)
         for ctx, client_state in zip(self.contexts, state["clients"], strict=True):
             ctx.state = move_tensors(client_state, ctx.trainer.device)
+
+
+def _on_device(message: Message, ctx: ClientContext, copies: dict) -> Message:
+    """``message`` on the client's device: one copy per distinct message and device, which
+    the clients it was sent to share (they only read it)."""
+    key = (id(message), ctx.trainer.device)
+    if key not in copies:
+        copies[key] = message.to(ctx.trainer.device)
+    return copies[key]
 
 
 def _dropped(rnd: int, client: int, error: Exception) -> str:

@@ -62,7 +62,7 @@ def _padded(rows: list[Tensor], length: int, fill: float | int = 0) -> Tensor:
     return out
 
 
-class _NodeLayout:
+class NodeLayout:
     """The clients' whole graphs padded once: ``[K, N + 1, d]`` features, where node N is the
     dummy that padding edges (weight 0) point at. Built once per set of clients and reused
     across rounds (``train_together``'s ``cache``)."""
@@ -99,7 +99,7 @@ class _NodeLayout:
         return positions, self.y.gather(1, positions), mask
 
 
-def _graph_inputs(batches: list[GraphBatch | None], device: torch.device, feat_dim: int):
+def graph_inputs(batches: list[GraphBatch | None], device: torch.device, feat_dim: int):
     """One step's mini-batches of whole graphs padded to ``[K, nodes + 1, d]``; the dummy node
     belongs to a dummy graph G (``G + 1`` graphs pooled); labels ``[K, G]`` with their mask."""
     empty = GraphBatch(torch.zeros(0, feat_dim, device=device),
@@ -141,7 +141,8 @@ def train_together(trainer: Trainer, jobs: list[ClientJob], epochs: int,
     optimizer = StackedOptimizer(trainer.optimizer, live, clients)
     keys = torch.tensor([j.seed & 0x7FFFFFFF for j in jobs], dtype=torch.int32, device=device)
     generators = [torch.Generator().manual_seed(j.seed) for j in jobs]
-    layout = _node_layout(jobs, cache) if isinstance(jobs[0].data, PreparedNodeClient) else None
+    layout = (node_layout([j.data for j in jobs], cache)
+              if isinstance(jobs[0].data, PreparedNodeClient) else None)
     whole = batch_size is None or batch_size >= max(j.data.num_samples("train") for j in jobs)
     total = torch.zeros(clients, device=device)
     samples = torch.zeros(clients, dtype=torch.long, device=device)
@@ -163,10 +164,10 @@ def train_together(trainer: Trainer, jobs: list[ClientJob], epochs: int,
                 inputs = layout.inputs()
                 positions, targets, mask = layout.targets(chosen, whole)
             else:
-                inputs, targets, mask = _graph_inputs(
+                inputs, targets, mask = graph_inputs(
                     chosen, device, jobs[0].data.splits["train"].x.size(1))
                 positions = None
-            logits = _forward(model, live, keys, step, inputs)
+            logits = stacked_forward(model, live, keys, step, inputs)
             if positions is not None:
                 logits = logits.gather(1, positions.unsqueeze(-1).expand(-1, -1,
                                                                         logits.size(-1)))
@@ -206,24 +207,32 @@ def _stacked_offsets(jobs: list[ClientJob], live: Params) -> Params | None:
         else j.step.gradient_offset[name].detach() for j in jobs]) for name, stack in live.items()}
 
 
-def _node_layout(jobs: list[ClientJob], cache: dict | None) -> _NodeLayout:
-    key = tuple(id(j.data) for j in jobs)
+def node_layout(clients: list[PreparedNodeClient], cache: dict | None) -> NodeLayout:
+    """The padded layout of ``clients``, from ``cache`` when it holds this very set."""
+    key = tuple(id(c) for c in clients)
     if cache is not None and key in cache:
         return cache[key]
-    layout = _NodeLayout([j.data for j in jobs])
+    layout = NodeLayout(clients)
     if cache is not None:
         cache.clear()  # one set of clients at a time: a new sample replaces the last
         cache[key] = layout
     return layout
 
 
-def _forward(model, live: Params, keys: Tensor, step: int, inputs: tuple) -> Tensor:
-    """Every client's logits ``[K, ...]``: its own parameters on its own padded inputs, dropout
-    keyed by its own seed."""
-    batched = tuple(0 if isinstance(a, Tensor) else None for a in inputs)
+def stacked_forward(model, live: Params, keys: Tensor | None, step: int, inputs: tuple,
+                    batched_inputs: bool = True) -> Tensor:
+    """Every client's logits ``[K, ...]``: its own parameters on its own padded inputs (with
+    ``batched_inputs`` false, all on the same inputs), dropout keyed by its own seed (``keys``
+    None: no keyed draws, as in evaluation)."""
+    data_dims = tuple(0 if batched_inputs and isinstance(a, Tensor) else None for a in inputs)
+    if keys is None:
+        def plain(params, *args):
+            return functional_call(model, params, args)
+
+        return vmap(plain, in_dims=(0, *data_dims))(live, *inputs)
 
     def one(params, key, *args):
         with keyed(key, step):
             return functional_call(model, params, args)
 
-    return vmap(one, in_dims=(0, 0, *batched))(live, keys, *inputs)
+    return vmap(one, in_dims=(0, 0, *data_dims))(live, keys, *inputs)

@@ -151,9 +151,21 @@ class Trainer:
             cuda = [self.device] if self.device.type == "cuda" else []
             with torch.random.fork_rng(devices=cuda):
                 outputs.update(data.outputs(self.model, call, ("train",)))
+        return self.split_metrics(outputs, data)
+
+    def split_metrics(self, outputs: dict[str, tuple[Tensor, Tensor]], data: PreparedClient
+                      ) -> dict[str, dict]:
+        """``classification_metrics`` of each split's (logits, targets), the minority taken
+        against ``data``'s training-majority class."""
         majority = majority_class(data.labels("train"), self.num_classes)
         return {s: classification_metrics(logits, target, self.num_classes, majority)
                 for s, (logits, target) in outputs.items()}
+
+    @property
+    def own_splits(self) -> tuple[str, ...]:
+        """The splits a client's own evaluation scores: val and test, and train with
+        ``eval_train_split``."""
+        return ("val", "test", "train") if self.eval_train_split else ("val", "test")
 
     def forward(self, params: Params, batch: GraphBatch, **kwargs):
         """One differentiable forward pass of ``batch`` under ``params`` (current mode)."""

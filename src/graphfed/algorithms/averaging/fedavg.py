@@ -79,8 +79,8 @@ class FedAvgClient(Client):
     def fit(self, message, ctx: ClientContext):
         return self.fit_by_step(message, ctx)
 
-    def evaluate(self, message, ctx):
-        return self.evaluate_params(message.tensors, ctx)
+    def evaluated_params(self, message, ctx):
+        return message.tensors
 
 
 FEDAVG = register(Algorithm(

@@ -187,8 +187,8 @@ class FedLitClient(Client):
         trained, stats = self.local_train({**params, PROTOTYPES: prototypes}, ctx)
         return self.reply({**trained, PROTOTYPES: updated, CHANNEL_SAMPLES: reached}, ctx, stats)
 
-    def evaluate(self, message: Message, ctx: ClientContext) -> dict[str, dict]:
-        return self.evaluate_params(self.with_prototypes(message.tensors, ctx), ctx)
+    def evaluated_params(self, message: Message, ctx: ClientContext) -> Params:
+        return self.with_prototypes(message.tensors, ctx)
 
 
 def channel_training_nodes(edge_index: torch.Tensor, types: torch.Tensor,

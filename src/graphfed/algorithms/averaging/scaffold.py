@@ -171,10 +171,10 @@ class ScaffoldClient(FedAvgClient):
         ctx.state[CLIENT_CONTROL] = add(self.own_control(ctx, c), delta)
         return self.reply({**trained, **with_prefix(delta, CONTROL)}, ctx, stats)
 
-    def evaluate(self, message, ctx):
+    def evaluated_params(self, message, ctx):
         if self.options.compat_gpfl_code:
-            return self.evaluate_params(self.own_model(ctx), ctx)
-        return super().evaluate(message, ctx)
+            return self.own_model(ctx)
+        return super().evaluated_params(message, ctx)
 
 
 SCAFFOLD = register(Algorithm(

@@ -28,8 +28,8 @@ class PersonalClient(Client):
     def current(self, message: Message, ctx: ClientContext) -> Params:
         return self.receive(self.own_params(ctx), message, ctx)
 
-    def evaluate(self, message: Message, ctx: ClientContext) -> dict[str, dict]:
-        return self.evaluate_params(self.current(message, ctx), ctx)
+    def evaluated_params(self, message: Message, ctx: ClientContext) -> Params:
+        return self.current(message, ctx)
 
     def keep(self, ctx: ClientContext, trained: Params, stats: TrainStats) -> Message:
         """Keep ``trained`` as the client's model and upload all of it."""

@@ -39,8 +39,8 @@ class LocalClient(Client):
     def fit(self, message, ctx):
         return self.fit_by_step(message, ctx)
 
-    def evaluate(self, message, ctx):
-        return self.evaluate_params(self._params(ctx), ctx)
+    def evaluated_params(self, message, ctx):
+        return self._params(ctx)
 
 
 LOCAL = register(Algorithm(

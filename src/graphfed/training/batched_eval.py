@@ -1,0 +1,202 @@
+"""Many clients' evaluation in one pass: the batched engine's ``Trainer.evaluate``.
+
+Every client scores the parameters it deploys on its own splits, and its metrics come from its
+own rows of the logits through ``Trainer.split_metrics``, as the sequential path computes them.
+Where every client deploys the same parameters (the FedAvg family) their graphs are joined
+block-diagonally, no padding, and one plain forward pass scores them all: the arithmetic of
+the clients one by one, without the per-client calls. Where they differ (personalised models)
+the graphs are padded into the layout training uses (``batched.NodeLayout``; graph-level
+clients split by split) and one ``vmap`` over ``functional_call`` runs each client's own
+parameters on its own graph. The shared global test set is scored once per distinct set of
+parameters (once in all under FedAvg, whose clients all deploy the global model), all sets in
+one pass. Full-graph evaluation draws no random numbers, so the metrics equal the sequential
+path's up to float summation order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from torch.func import functional_call
+
+from graphfed.tensors import Params
+from graphfed.training.batched import graph_inputs, node_layout, stacked_forward
+from graphfed.training.batches import (
+    GraphBatch,
+    PreparedClient,
+    PreparedGraphClient,
+    PreparedNodeClient,
+)
+from graphfed.training.trainer import Trainer
+
+# how many (parameter set x global-test node) rows one pass over the global test set may hold
+GLOBAL_ROWS = 1 << 22
+
+Outputs = dict[str, tuple[Tensor, Tensor]]
+
+
+@dataclass
+class EvalJob:
+    """One client's evaluation: the parameters it deploys, its data, the global test set."""
+
+    params: Params
+    data: PreparedClient
+    global_test: PreparedClient | None
+
+
+def eval_refusal(trainer: Trainer, data: PreparedClient) -> str | None:
+    """Why this client cannot be evaluated in a stacked pass (None: it can)."""
+    if getattr(trainer.model, "opts", None) is None:
+        return f"{type(trainer.model).__name__} is not one of graphfed's GNN backbones"
+    if (isinstance(data, PreparedNodeClient) and data.sampler is not None
+            and data.sampling.evaluate == "sampled"):
+        return "it evaluates on sampled neighbourhoods"
+    return None
+
+
+@torch.no_grad()
+def evaluate_together(trainer: Trainer, jobs: list[EvalJob], cache: dict | None = None
+                      ) -> list[dict[str, dict]]:
+    """Each job's metrics per split, as ``Client.evaluate_params`` returns them (``global``
+    for the shared global test set where the job has one). ``cache`` keeps the padded node
+    layout of a set of clients between calls."""
+    trainer.model.eval()
+    cache = {} if cache is None else cache
+    clients = [j.data for j in jobs]
+    node = isinstance(clients[0], PreparedNodeClient)
+    if all(j.params is jobs[0].params for j in jobs):
+        joined = cache.setdefault("joined", {})
+        outputs = (_joined_node_outputs(trainer, jobs[0].params, clients, joined) if node
+                   else _joined_graph_outputs(trainer, jobs[0].params, clients, joined))
+    else:
+        stacked = _stack([j.params for j in jobs])
+        outputs = (_node_outputs(trainer, stacked, clients, cache.setdefault("padded", {}))
+                   if node else _graph_outputs(trainer, stacked, clients))
+    metrics = [trainer.split_metrics(o, c) for o, c in zip(outputs, clients, strict=True)]
+    scored = [k for k, j in enumerate(jobs) if j.global_test is not None]
+    if scored:
+        on_global = _global_metrics(trainer, [jobs[k] for k in scored])
+        for k, m in zip(scored, on_global, strict=True):
+            metrics[k]["global"] = m
+    return metrics
+
+
+def _stack(params: list[Params]) -> Params:
+    return {name: torch.stack([p[name] for p in params]) for name in params[0]}
+
+
+def _joined(cache: dict, key: tuple, build):
+    """``build()``, kept in ``cache`` for this set of clients (one set at a time)."""
+    if key not in cache:
+        cache.clear()
+        cache[key] = build()
+    return cache[key]
+
+
+def _join_nodes(clients: list[PreparedNodeClient]) -> tuple[tuple, list[int]]:
+    """The clients' graphs as one block-diagonal graph; where each client's nodes start."""
+    starts = [0]
+    for c in clients[:-1]:
+        starts.append(starts[-1] + len(c.y))
+    x = torch.cat([c.x for c in clients])
+    edge_index = torch.cat([c.edge_index + s for c, s in zip(clients, starts, strict=True)], 1)
+    weight = (None if clients[0].edge_weight is None
+              else torch.cat([c.edge_weight for c in clients]))
+    return (x, edge_index, weight), starts
+
+
+def _joined_node_outputs(trainer: Trainer, params: Params, clients: list[PreparedNodeClient],
+                         cache: dict) -> list[Outputs]:
+    inputs, starts = _joined(cache, tuple(id(c) for c in clients), lambda: _join_nodes(clients))
+    logits = functional_call(trainer.model, params, inputs)
+    return [{s: (logits[c.index[s] + start], c.y[c.index[s]])
+             for s in trainer.own_splits if c.num_samples(s)}
+            for c, start in zip(clients, starts, strict=True)]
+
+
+def _join_graphs(batches: list[GraphBatch]) -> tuple[tuple, list[int]]:
+    """Mini-batches of whole graphs as one batch; where each one's graphs start."""
+    nodes, graphs = [0], [0]
+    for b in batches[:-1]:
+        nodes.append(nodes[-1] + len(b.x))
+        graphs.append(graphs[-1] + b.num_graphs)
+    pairs = list(zip(batches, nodes, graphs, strict=True))
+    weight = (None if batches[0].edge_weight is None
+              else torch.cat([b.edge_weight for b in batches]))
+    inputs = (torch.cat([b.x for b in batches]),
+              torch.cat([b.edge_index + n for b, n, _ in pairs], 1),
+              torch.cat([b.batch + g for b, _, g in pairs]),
+              graphs[-1] + batches[-1].num_graphs, weight)
+    return inputs, graphs
+
+
+def _joined_graph_outputs(trainer: Trainer, params: Params, clients: list[PreparedGraphClient],
+                          cache: dict) -> list[Outputs]:
+    outputs: list[Outputs] = [{} for _ in clients]
+    for split in trainer.own_splits:
+        holders = [k for k, c in enumerate(clients) if c.num_samples(split)]
+        if not holders:
+            continue
+        batches = [clients[k].splits[split].all() for k in holders]
+        inputs, starts = _joined(cache.setdefault(split, {}),
+                                 tuple(id(clients[k]) for k in holders),
+                                 lambda b=batches: _join_graphs(b))
+        logits = functional_call(trainer.model, params, inputs)
+        for k, b, start in zip(holders, batches, starts, strict=True):
+            outputs[k][split] = (logits[start:start + b.num_graphs], b.targets)
+    return outputs
+
+
+def _node_outputs(trainer: Trainer, stacked: Params, clients: list[PreparedNodeClient],
+                  cache: dict | None) -> list[Outputs]:
+    layout = node_layout(clients, cache)
+    logits = stacked_forward(trainer.model, stacked, None, 0, layout.inputs())
+    return [{s: (logits[k, c.index[s]], c.y[c.index[s]])
+             for s in trainer.own_splits if c.num_samples(s)} for k, c in enumerate(clients)]
+
+
+def _graph_outputs(trainer: Trainer, stacked: Params, clients: list[PreparedGraphClient]
+                   ) -> list[Outputs]:
+    outputs: list[Outputs] = [{} for _ in clients]
+    device = trainer.device
+    features = clients[0].splits["train"].x.size(1)
+    for split in trainer.own_splits:
+        batches = [c.splits[split].all() if c.num_samples(split) else None for c in clients]
+        if all(b is None for b in batches):
+            continue
+        inputs, _, _ = graph_inputs(batches, device, features)
+        logits = stacked_forward(trainer.model, stacked, None, 0, inputs)
+        for k, b in enumerate(batches):
+            if b is not None:
+                outputs[k][split] = (logits[k, :b.num_graphs], b.targets)
+    return outputs
+
+
+def _global_metrics(trainer: Trainer, jobs: list[EvalJob]) -> list[dict]:
+    """The global test metrics of each job, scored once per distinct parameter set."""
+    position: dict[int, int] = {}
+    distinct: list[Params] = []
+    for j in jobs:
+        if id(j.params) not in position:
+            position[id(j.params)] = len(distinct)
+            distinct.append(j.params)
+    test = jobs[0].global_test
+    if isinstance(test, PreparedNodeClient):
+        inputs = (test.x, test.edge_index, test.edge_weight)
+        rows, index = len(test.y), test.index["test"]
+    else:
+        batch = test.splits["test"].all()
+        inputs = (batch.x, batch.edge_index, batch.batch, batch.num_graphs, batch.edge_weight)
+        rows, index = len(batch.x), None
+    chunk = max(1, GLOBAL_ROWS // max(rows, 1))
+    scores = []
+    for start in range(0, len(distinct), chunk):
+        logits = stacked_forward(trainer.model, _stack(distinct[start:start + chunk]), None, 0,
+                                 inputs, batched_inputs=False)
+        for one in logits:
+            out = ((one[index], test.y[index]) if index is not None
+                   else (one, batch.targets))
+            scores.append(trainer.split_metrics({"test": out}, test)["test"])
+    return [scores[position[id(j.params)]] for j in jobs]
