@@ -43,6 +43,17 @@ def test_check_message_rejects_malformed_messages(message, match):
         check_message(message, {"w": ((2, 3), torch.float32)})
 
 
+def test_the_finite_check_names_the_bad_tensor_and_accepts_sums_that_overflow():
+    ok = torch.zeros(3)
+    for bad in (torch.tensor([1.0, float("inf")]), torch.tensor([float("inf"), -float("inf")]),
+                torch.tensor([float("nan")], dtype=torch.float16)):
+        with pytest.raises(MessageError, match="'b' has NaN or infinite"):
+            check_message(Message({"a": ok, "b": bad}))
+    # finite float64 values whose float64 sum overflows: finite, so accepted
+    check_message(Message({"a": ok, "b": torch.full((4,), 1e308, dtype=torch.float64)}))
+    check_message(Message({"a": ok, "i": torch.tensor([2**62, 2**62])}))  # integers: no check
+
+
 def test_message_bytes_are_tensor_sizes_plus_scalars():
     m = Message({"a": torch.zeros(10, 5), "b": torch.zeros(7, dtype=torch.float64)}, {"n": 3})
     assert m.nbytes == 10 * 5 * 4 + 7 * 8 + 8

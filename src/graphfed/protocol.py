@@ -99,8 +99,11 @@ def check_message(message: Message, expected: TensorSpec | None = None,
     for name, t in message.tensors.items():
         if not isinstance(t, Tensor):
             raise MessageError(f"{sender}: '{name}' is a {type(t).__name__}, not a tensor")
-        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-            raise MessageError(f"{sender}: '{name}' has NaN or infinite values")
+    floats = {name: t for name, t in message.tensors.items() if t.is_floating_point()}
+    if floats and not _sums_finite(floats.values()):
+        for name, t in floats.items():  # a non-finite sum: find the culprit, if any
+            if not bool(torch.isfinite(t).all()):
+                raise MessageError(f"{sender}: '{name}' has NaN or infinite values")
     for name, v in message.scalars.items():
         if not isinstance(v, (int, float, bool)) or (isinstance(v, float) and not math.isfinite(v)):
             raise MessageError(f"{sender}: scalar '{name}' is not a finite number ({v!r})")
@@ -117,6 +120,17 @@ def check_message(message: Message, expected: TensorSpec | None = None,
         if not _shape_fits(got[name][0], shape) or got[name][1] != dtype:
             raise MessageError(f"{sender}: '{name}' is {got[name][0]} {got[name][1]}, "
                                f"expected {shape} {dtype}")
+
+
+def _sums_finite(tensors) -> bool:
+    """Whether every tensor's float64 sum is finite: one reduction per tensor and one check
+    for the message, instead of a mask per tensor. A NaN or infinity anywhere makes its sum
+    non-finite; finite values overflow a float64 sum only near float64's own range (never
+    from float32 or narrower), and there the caller checks element by element."""
+    sums = [t.sum(dtype=torch.float64) for t in tensors]
+    if len({s.device for s in sums}) > 1:
+        sums = [s.cpu() for s in sums]
+    return bool(torch.isfinite(torch.stack(sums)).all())
 
 
 def _shape_fits(got: tuple[int, ...], expected: tuple[int, ...]) -> bool:
