@@ -160,7 +160,13 @@ def round_curves(rows: list[dict], out: Path) -> Path:
 
 
 
-METHODS = [Variant("fairgfl", "fairgfl"), Variant("fedavg", "fedavg"),
+METHODS = [Variant("fairgfl", "fairgfl"),
+           # the overlap weights alone: the max-loss step, as reconstructed, raised the loss
+           # variance at every lambda > 0 of the one-seed sweep (docs/results/fairgfl.md)
+           Variant("fairgfl[lambda=0]", "fairgfl", ("fairgfl.lambda_maxloss=0",)),
+           Variant("fedavg", "fedavg"),
+           # FairGFL's weights ignore client size (its footnote 2); this FedAvg does too
+           Variant("fedavg[uniform]", "fedavg", ("fedavg.weighted=false",)),
            Variant("fedgcn", "fedgcn"), Variant("qfedavg", "qfedavg"),
            Variant("fgfl", "fgfl"),
            # FGFL's spec adds unit-norm updates to its global model, which at node level (local
