@@ -143,10 +143,11 @@ CURVES = {"global test accuracy": "global_test_acc", "global test loss": "global
 
 def round_curves(rows: list[dict], out: Path) -> Path:
     """Figs. 5-6: each method's seed-mean curve of every ``CURVES`` key, per dataset, read
-    from the runs of the table."""
+    from the runs of the table's cells (not from whatever else the run folder holds: other
+    selections' cells, the seeds ``--jobs`` is still training)."""
     panels: dict[str, dict[str, tuple[list[int], list[float]]]] = {}
-    for run in sorted((out / "runs").iterdir()):
-        method, dataset = run.name.rsplit("-", 1)
+    for method, dataset in sorted({(r["method"], r["dataset"]) for r in rows}):
+        run = out / "runs" / f"{method}-{dataset}"
         seeds = [read_metrics(p) for p in sorted(run.glob("seed-*/metrics.jsonl"))]
         for label, key in CURVES.items():
             evaluated = [[line for line in lines if key in line] for lines in seeds]
