@@ -207,16 +207,21 @@ def _stacked_offsets(jobs: list[ClientJob], live: Params) -> Params | None:
         else j.step.gradient_offset[name].detach() for j in jobs]) for name, stack in live.items()}
 
 
-def node_layout(clients: list[PreparedNodeClient], cache: dict | None) -> NodeLayout:
-    """The padded layout of ``clients``, from ``cache`` when it holds this very set."""
-    key = tuple(id(c) for c in clients)
+def cached_for(cache: dict | None, key: tuple, build):
+    """``build()``, kept in ``cache`` under ``key``: one set of clients at a time, a new set
+    replacing the last."""
     if cache is not None and key in cache:
         return cache[key]
-    layout = NodeLayout(clients)
+    value = build()
     if cache is not None:
-        cache.clear()  # one set of clients at a time: a new sample replaces the last
-        cache[key] = layout
-    return layout
+        cache.clear()
+        cache[key] = value
+    return value
+
+
+def node_layout(clients: list[PreparedNodeClient], cache: dict | None) -> NodeLayout:
+    """The padded layout of ``clients``, from ``cache`` when it holds this very set."""
+    return cached_for(cache, tuple(id(c) for c in clients), lambda: NodeLayout(clients))
 
 
 def stacked_forward(model, live: Params, keys: Tensor | None, step: int, inputs: tuple,

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 from torch.func import functional_call
+from torch_geometric.data import Batch, Data
 
 from graphfed.tensors import Params
-from graphfed.training.batched import graph_inputs, node_layout, stacked_forward
+from graphfed.training.batched import cached_for, graph_inputs, node_layout, stacked_forward
 from graphfed.training.batches import (
     GraphBatch,
     PreparedClient,
@@ -87,29 +88,20 @@ def _stack(params: list[Params]) -> Params:
     return {name: torch.stack([p[name] for p in params]) for name in params[0]}
 
 
-def _joined(cache: dict, key: tuple, build):
-    """``build()``, kept in ``cache`` for this set of clients (one set at a time)."""
-    if key not in cache:
-        cache.clear()
-        cache[key] = build()
-    return cache[key]
-
-
 def _join_nodes(clients: list[PreparedNodeClient]) -> tuple[tuple, list[int]]:
-    """The clients' graphs as one block-diagonal graph; where each client's nodes start."""
-    starts = [0]
-    for c in clients[:-1]:
-        starts.append(starts[-1] + len(c.y))
-    x = torch.cat([c.x for c in clients])
-    edge_index = torch.cat([c.edge_index + s for c, s in zip(clients, starts, strict=True)], 1)
-    weight = (None if clients[0].edge_weight is None
-              else torch.cat([c.edge_weight for c in clients]))
-    return (x, edge_index, weight), starts
+    """The clients' graphs as one block-diagonal graph (PyG's batching); where each client's
+    nodes start."""
+    joined = Batch.from_data_list([
+        Data(x=c.x, edge_index=c.edge_index, edge_weight=c.edge_weight, num_nodes=len(c.y))
+        for c in clients])
+    inputs = (joined.x, joined.edge_index, getattr(joined, "edge_weight", None))
+    return inputs, joined.ptr[:-1].tolist()
 
 
 def _joined_node_outputs(trainer: Trainer, params: Params, clients: list[PreparedNodeClient],
                          cache: dict) -> list[Outputs]:
-    inputs, starts = _joined(cache, tuple(id(c) for c in clients), lambda: _join_nodes(clients))
+    inputs, starts = cached_for(cache, tuple(id(c) for c in clients),
+                                lambda: _join_nodes(clients))
     logits = functional_call(trainer.model, params, inputs)
     return [{s: (logits[c.index[s] + start], c.y[c.index[s]])
              for s in trainer.own_splits if c.num_samples(s)}
@@ -140,7 +132,7 @@ def _joined_graph_outputs(trainer: Trainer, params: Params, clients: list[Prepar
         if not holders:
             continue
         batches = [clients[k].splits[split].all() for k in holders]
-        inputs, starts = _joined(cache.setdefault(split, {}),
+        inputs, starts = cached_for(cache.setdefault(split, {}),
                                  tuple(id(clients[k]) for k in holders),
                                  lambda b=batches: _join_graphs(b))
         logits = functional_call(trainer.model, params, inputs)
