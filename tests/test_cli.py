@@ -88,6 +88,22 @@ def test_missing_config_file_and_bad_resume(tmp_path):
 
 
 @require("Cora")
+def test_report_plots_the_global_test_where_clients_hold_no_test_split(tmp_path):
+    result = invoke("run", "dataset=Cora", "algorithm=fedavg", "partition=fairgfl_overlap",
+                    "num_clients=4", "rounds=2", "name=train-only", "--out", str(tmp_path),
+                    "--quiet")
+    assert result.exit_code == 0, result.output
+    run = str(tmp_path / "train-only")
+    result = invoke("report", run)
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "train-only" / "report.png").stat().st_size > 0
+    result = invoke("report", run, "--metric", "test_acc")  # asked for by name: refused
+    assert result.exit_code == 2
+    assert "--metric test_acc: no round of these runs records it" in result.output
+    assert "global_test_acc" in result.output
+
+
+@require("Cora")
 def test_run_report_and_partition_commands(tmp_path):
     result = invoke("run", "configs/quickstart.yaml", "rounds=2", "num_clients=3", "name=demo",
                     "--out", str(tmp_path), "--quiet")

@@ -183,3 +183,16 @@ def test_a_download_that_cannot_reach_the_network_is_one_clear_error(tmp_path, m
     monkeypatch.setattr(pyg_datasets, "Planetoid", offline)
     with pytest.raises(DatasetError, match=r"'Cora' could not be fetched or read .*GRAPHFED_DATA"):
         load_dataset("Cora")
+
+
+def test_csbm_features_do_not_depend_on_the_construction_chunk(monkeypatch):
+    from graphfed.data import synthetic
+
+    options = synthetic.CSBMOptions(nodes=300, classes=3, features=5, seed=2)
+    whole = synthetic.contextual_sbm(options)
+    monkeypatch.setattr(synthetic, "CHUNK", 7)
+    chunked = synthetic.contextual_sbm(options)
+    assert torch.equal(whole.x, chunked.x)
+    # every row holds its class mean: noise of mean zero around it, the classes apart
+    centred = [chunked.x[chunked.y == k].mean(0) for k in range(3)]
+    assert min(float((a - b).norm()) for a in centred for b in centred if a is not b) > 0.5

@@ -1,10 +1,12 @@
 import numpy as np
 import pytest
 import torch
+from pydantic import ValidationError
 
 from graphfed.data import build_partition, materialize, parse_partition
 from graphfed.data.federated import _node_client, _node_clients
 from graphfed.data.partition.graph import flip_edges
+from graphfed.data.partition.node import metis_adjacency
 from graphfed.errors import GraphfedError
 from tests.conftest import require
 
@@ -34,6 +36,35 @@ def test_node_partitions_are_deterministic_and_cover_every_node_once(cora, spec)
     every = torch.cat(a.client_ids)
     assert len(every) == cora.graph.num_nodes
     assert torch.equal(every.sort().values, torch.arange(cora.graph.num_nodes))
+
+
+@require("Cora")
+def test_metis_parts_are_sorted_balanced_and_refinement_is_an_option(cora):
+    default = build_partition(cora, parse_partition("metis"), 8, seed=0)
+    quick = build_partition(cora, parse_partition({"name": "metis", "refine_iterations": 1}), 8,
+                            seed=0)
+    assert default.id != quick.id  # the refinement passes key the artifact
+    for artifact in (default, quick):
+        sizes = [len(ids) for ids in artifact.client_ids]
+        assert max(sizes) <= 1.1 * min(sizes)
+        for ids in artifact.client_ids:
+            assert torch.equal(ids, ids.sort().values)
+        every = torch.cat([*artifact.client_ids, artifact.global_test_ids])
+        assert torch.equal(every.sort().values, torch.arange(cora.graph.num_nodes))
+
+
+def test_metis_reads_each_edge_in_both_directions_once_without_self_loops():
+    # one direction only, a self-loop and a repeated edge
+    edges = torch.tensor([[0, 1, 2, 2, 3, 3], [1, 2, 0, 2, 1, 1]])
+    starts, neighbours = metis_adjacency(edges, 5)
+    assert starts.tolist() == [0, 2, 5, 7, 8, 8]  # node 4 has no edge
+    assert neighbours.tolist() == [1, 2, 0, 2, 3, 0, 1, 1]
+    assert starts.dtype == neighbours.dtype == np.int64  # METIS's index width: no copy
+
+
+def test_metis_refinement_passes_must_be_positive():
+    with pytest.raises(ValidationError, match="refine_iterations"):
+        parse_partition({"name": "metis", "refine_iterations": 0})
 
 
 @require("Cora")

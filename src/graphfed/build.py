@@ -54,14 +54,19 @@ def _cached_dataset(name: str, options_json: str, root: str) -> GraphDataset:
     return load_dataset(name, json.loads(options_json) or None)
 
 
+def config_dataset(config: ExperimentConfig) -> GraphDataset:
+    """The dataset ``config`` names, loaded (or generated) once per process."""
+    options = config.dataset_options
+    return _cached_dataset(config.dataset, json.dumps(options, sort_keys=True), str(data_root()))
+
+
 def federated_data(config: ExperimentConfig, seed: int) -> FederatedData:
     """The clients of this config and seed (the partition artifact is built once, then reused)."""
-    options = config.dataset_options
-    data = _cached_dataset(config.dataset, json.dumps(options, sort_keys=True), str(data_root()))
     partition_seed = config.partition.seed if config.partition.seed is not None else seed
-    artifact = load_or_build_partition(data, config.partition, config.num_clients,
-                                       partition_seed, options)
-    return materialize(data, artifact)
+    artifact = load_or_build_partition(config_dataset(config), config.partition,
+                                       config.num_clients, partition_seed,
+                                       config.dataset_options)
+    return materialize(config_dataset(config), artifact)
 
 
 def build_algorithm(config: ExperimentConfig, seed: int, level: str, num_features: int,

@@ -9,6 +9,7 @@ from graphfed.metrics import pearson
 from graphfed.serialization import read_json, read_metrics
 
 TABLE_METRICS = ("test_acc", "global_test_acc", "test_macro_f1", "bytes_total")
+DEFAULT_CURVES = ("test_acc", "global_test_acc")  # the first a run records is plotted
 RUN_SUMMARY_KEYS = ("algorithm", "dataset", "seeds", "over_seeds", "partition_ids")
 
 
@@ -57,9 +58,9 @@ def summary_rows(runs: list[dict]) -> list[dict]:
 Curve = tuple[str, list[int], list[float]]  # run name, rounds, mean over seeds at each
 
 
-def mean_curves(runs: list[dict], metric: str = "test_acc") -> list[Curve]:
-    """Per run, the rounds every seed evaluated ``metric`` at and its mean over seeds there; a
-    metric no run records is refused, naming the ones they do."""
+def _curves(runs: list[dict], metric: str) -> tuple[list[Curve], set[str]]:
+    """Per run, the rounds every seed evaluated ``metric`` at and its mean over seeds there;
+    and every numeric key the runs record."""
     out: list[Curve] = []
     recorded: set[str] = set()
     for run in runs:
@@ -73,10 +74,21 @@ def mean_curves(runs: list[dict], metric: str = "test_acc") -> list[Curve]:
         rounds = sorted(set.intersection(*(set(c) for c in curves)))
         out.append((Path(run["run_dir"]).name, rounds,
                     [sum(c[r] for c in curves) / len(curves) for r in rounds]))
-    if not any(rounds for _, rounds, _ in out):
-        raise GraphfedError(f"--metric {metric}: no round of these runs records it as a "
-                            f"number; numbers recorded: {', '.join(sorted(recorded))}")
-    return out
+    return out, recorded
+
+
+def mean_curves(runs: list[dict], metric: str | None = None) -> tuple[str, list[Curve]]:
+    """The metric plotted and its seed-mean curve per run. Without ``metric``: the clients'
+    test accuracy, or the global test's where no client holds a test split (FairGFL's
+    partition trains on every client node). A metric no run records is refused, naming the
+    ones they do."""
+    for name in (metric,) if metric else DEFAULT_CURVES:
+        out, recorded = _curves(runs, name)
+        if any(rounds for _, rounds, _ in out):
+            return name, out
+    raise GraphfedError(f"--metric {metric or DEFAULT_CURVES[0]}: no round of these runs "
+                        f"records it as a number; numbers recorded: "
+                        f"{', '.join(sorted(recorded))}")
 
 
 def plot_curves(curves: list[Curve], datasets: list[str], path: str | Path,

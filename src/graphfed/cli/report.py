@@ -29,7 +29,9 @@ def report(
     plot: Annotated[Path | None, typer.Option(help="where to save the accuracy-vs-round plot "
                                                    "(default: report.png in the first run)")
                     ] = None,
-    metric: Annotated[str, typer.Option(help="metric plotted against the round")] = "test_acc",
+    metric: Annotated[str | None, typer.Option(
+        help="metric plotted against the round (default: test_acc, or global_test_acc where "
+             "the clients hold no test split)")] = None,
 ) -> None:
     """Print a mean ± std table over seeds and save accuracy-vs-round plots."""
     from graphfed.report import TABLE_METRICS, load_run, mean_curves, plot_curves, summary_rows
@@ -38,7 +40,7 @@ def report(
     check_plot_path(target)
     runs = [load_run(d) for d in run_dirs]
     rows = summary_rows(runs)
-    curves = mean_curves(runs, metric)
+    metric, curves = mean_curves(runs, metric)
     table = Table(title="graphfed report (mean ± std over seeds)")
     table.add_column("run", overflow="fold")  # the whole name, wrapped: runs differ at the end
     for col in ("algorithm", "dataset", "seeds"):

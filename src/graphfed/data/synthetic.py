@@ -10,9 +10,11 @@ from __future__ import annotations
 import torch
 from pydantic import BaseModel, Field
 from torch_geometric.data import Data
-from torch_geometric.utils import coalesce, to_undirected
 
+from graphfed.data.adjacency import csr_edge_index, undirected_csr
 from graphfed.validation import OPTIONS, Seed
+
+CHUNK = 1 << 20  # rows per step of the feature construction
 
 
 class CSBMOptions(BaseModel):
@@ -45,8 +47,12 @@ def contextual_sbm(opts: CSBMOptions) -> Data:
     flat = torch.cat(members)
     dst = flat[starts[target_class] + pick]
     keep = src != dst
-    edge_index = to_undirected(torch.stack([src[keep], dst[keep]]), num_nodes=n)
-    edge_index = coalesce(edge_index, num_nodes=n)
+    edges = torch.stack([src[keep], dst[keep]])
+    del src, dst, same, offset, target_class, pick, keep
+    edge_index = csr_edge_index(undirected_csr(edges, n))  # as to_undirected gives it
+    del edges
     means = torch.randn(c, opts.features, generator=gen)
-    x = opts.signal * means[y] + torch.randn(n, opts.features, generator=gen)
+    x = torch.randn(n, opts.features, generator=gen)
+    for rows in torch.arange(n).split(CHUNK):  # the class means added without an n x d temporary
+        x[rows] += opts.signal * means[y[rows]]
     return Data(x=x, edge_index=edge_index, y=y)

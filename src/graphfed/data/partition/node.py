@@ -6,8 +6,8 @@ import networkx as nx
 import numpy as np
 import torch
 from torch_geometric.data import Data
-from torch_geometric.utils import to_undirected
 
+from graphfed.data.adjacency import undirected_csr
 from graphfed.errors import GraphfedError
 
 
@@ -49,25 +49,34 @@ def louvain_split(graph: Data, num_clients: int, mode: str, seed: int,
     return [torch.tensor(sorted(p), dtype=torch.long) for p in parts]
 
 
-def metis_split(graph: Data, num_clients: int, seed: int) -> list[torch.Tensor]:
-    """Balanced min-cut parts from METIS (through pymetis)."""
+def metis_adjacency(edge_index: torch.Tensor, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """The symmetric adjacency without self-loops, in the CSR form METIS reads, as the int64
+    arrays METIS takes without a copy."""
+    adjacency = undirected_csr(edge_index, num_nodes)
+    return adjacency.indptr.astype(np.int64), adjacency.indices.astype(np.int64)
+
+
+def metis_split(graph: Data, num_clients: int, seed: int,
+                refine_iterations: int = 10) -> list[torch.Tensor]:
+    """Balanced min-cut parts from METIS (through pymetis).
+
+    The parts are read off one sort of the membership, so a ten-million-node graph costs
+    METIS's own memory and time, not Python lists of its edges. ``refine_iterations`` is
+    METIS's ``niter`` (its default 10): most of METIS's time on a large graph, and 1 gives a
+    cut a few percent larger in a third of the time.
+    """
     import pymetis
 
-    edge_index = to_undirected(graph.edge_index, num_nodes=graph.num_nodes)
-    edge_index = edge_index[:, edge_index[0] != edge_index[1]]
-    order = torch.argsort(edge_index[0] * graph.num_nodes + edge_index[1])
-    src, dst = edge_index[0, order], edge_index[1, order]
-    xadj = torch.zeros(graph.num_nodes + 1, dtype=torch.long)
-    xadj[1:] = torch.cumsum(torch.bincount(src, minlength=graph.num_nodes), 0)
-    options = pymetis.Options()
-    options.seed = seed
-    adjacency = pymetis.CSRAdjacency(adj_starts=xadj.tolist(), adjacent=dst.tolist())
+    xadj, adjacent = metis_adjacency(graph.edge_index, graph.num_nodes)
+    adjacency = pymetis.CSRAdjacency(adj_starts=xadj, adjacent=adjacent)
+    options = pymetis.Options(seed=seed, niter=refine_iterations)
     _, membership = pymetis.part_graph(num_clients, adjacency, options=options)
-    membership = torch.tensor(membership, dtype=torch.long)
-    parts = [torch.nonzero(membership == k).view(-1) for k in range(num_clients)]
-    if any(len(p) == 0 for p in parts):
+    del xadj, adjacent, adjacency
+    membership = torch.from_numpy(np.frombuffer(membership, dtype=np.int64).copy())
+    sizes = torch.bincount(membership, minlength=num_clients)
+    if bool((sizes == 0).any()):
         raise GraphfedError(f"metis partition: some of the {num_clients} parts are empty")
-    return parts
+    return list(torch.sort(membership, stable=True).indices.split(sizes.tolist()))
 
 
 def major_labels_split(labels: torch.Tensor, num_clients: int, num_major: int,

@@ -126,9 +126,12 @@ class LouvainPartition(RatioPartition):
 class MetisPartition(RatioPartition):
     levels: ClassVar[tuple[str, ...]] = ("node",)
     name: Literal["metis"] = "metis"
+    refine_iterations: int = Field(
+        10, ge=1, description="METIS's refinement passes (its niter); 1 is about three times "
+        "faster on a million-node graph, at a slightly larger cut")
 
     def assign(self, labels, graph, num_clients, seed):
-        return metis_split(graph, num_clients, seed)
+        return metis_split(graph, num_clients, seed, self.refine_iterations)
 
 
 class MajorLabelsPartition(RatioPartition):
