@@ -129,3 +129,13 @@ def test_estimates_separate_clients_that_overlap_from_those_that_do_not():
     record = line["server"]
     assert record["separation_auc"] > 0.9
     assert record["overlap_rank_corr"] > 0.5
+
+
+def test_a_strict_tau_measures_its_recall_and_reports_it():
+    fed = federation("fairgfl.tau_quantile=0.5", "fairgfl.correct_recall=true")
+    fed.setup()
+    server = fed.runtime.server
+    assert 0.4 <= server.recall <= 0.6  # on the public pool's own two releases
+    line = fed.fit_round(1)
+    assert line["server"]["match_recall"] == server.recall
+    assert federation().runtime.server.recall == 1.0  # off by default: no correction

@@ -16,6 +16,7 @@ from graphfed.mechanisms.overlap import (
     empty_overlap_state,
     fair_weights,
     greedy_matching,
+    match_recall,
     max_loss_step,
     node_matches,
     overall_overlap,
@@ -125,6 +126,28 @@ def test_privatised_samples_with_a_calibrated_tau_recover_the_overlap():
     assert abs(node_matches(s_i, s_j, tau).double().mean().item() - 0.3) <= 0.05
     assert abs(node_matches(s_j, s_i, tau).double().mean().item() - 0.6) <= 0.05
     assert node_matches(s_i, s_j, tau)[:140].sum() == 0  # no false match among the rest
+
+
+def test_a_strict_tau_halves_the_matches_and_its_recall_restores_the_ratio():
+    """tau at the median keeps about half of the true matches (its recall, measured on public
+    nodes, ~0.5); dividing the match ratio by it recovers r_ij = 0.3 and r_ji = 0.6 within
+    about 2.5 sd of the 60 shared nodes' binomial draw (sd 0.04 and 0.08), and the link ratio,
+    whose two endpoints must both match, is divided by its square."""
+    world = World()
+    generator = _gen(3)
+    public = torch.rand(2000, ENC_DIM, generator=generator)
+    tau = calibrate_threshold(public, _grr(generator), quantile=0.5)
+    recall = match_recall(public, _grr(generator), tau)
+    assert abs(recall - 0.5) <= 0.05
+    nodes = [world.nodes_i, world.nodes_j]
+    samples = [_grr(generator)(world.encodings[n]) for n in nodes]
+    links = [world.links(n) for n in nodes]
+    raw, raw_link = round_overlaps(samples, links, [200, 100], tau)
+    node, link = round_overlaps(samples, links, [200, 100], tau, recall=recall)
+    assert abs(raw[0, 1].item() - 0.15) <= 0.05 and abs(raw[1, 0].item() - 0.3) <= 0.08
+    assert node[0, 1].item() == pytest.approx(raw[0, 1].item() / recall)
+    assert abs(node[0, 1].item() - 0.3) <= 0.1 and abs(node[1, 0].item() - 0.6) <= 0.15
+    assert link[1, 0].item() == pytest.approx(raw_link[1, 0].item() / recall**2)
 
 
 def test_round_overlaps_fills_the_pairs_of_the_participants():

@@ -47,6 +47,17 @@ def calibrate_threshold(public_encodings: Tensor, privatise: Callable[[Tensor], 
     return torch.quantile(distance, quantile).item()
 
 
+def match_recall(public_encodings: Tensor, privatise: Callable[[Tensor], Tensor],
+                 tau: float) -> float:
+    """The share of true matches tau keeps: the public encodings privatised twice, independently,
+    and the share of nodes whose two releases fall under tau (the tau_quantile, for a calibrated
+    tau). A shared node is matched with this probability, so a sampled match ratio divided by it
+    estimates the shared share without the bias of a strict tau."""
+    first, second = privatise(public_encodings), privatise(public_encodings)
+    distance = (first.to(torch.float64) - second.to(torch.float64)).norm(dim=1)
+    return (distance < tau).double().mean().item()
+
+
 def _distances(sample_i: Tensor, sample_j: Tensor) -> Tensor:
     return torch.cdist(sample_i.to(torch.float64), sample_j.to(torch.float64))
 
@@ -108,10 +119,13 @@ def scaled_link_overlap(sample_ratio: float, node_ratio: float, size_j: int, sam
 
 
 def round_overlaps(encodings: Sequence[Tensor], links: Sequence[Tensor], sizes: Sequence[int],
-                   tau: float, scaling: LinkScaling = "linear") -> tuple[Tensor, Tensor]:
+                   tau: float, scaling: LinkScaling = "linear",
+                   recall: float = 1.0) -> tuple[Tensor, Tensor]:
     """One round of Step 3 over the K participating clients' uploads (privatised encodings
     b_k x d and corrected adjacencies b_k x b_k) and their node counts n_k: the K x K matrices
-    R~ (node) and L~ (link) of this round, row i about client i, zero diagonal."""
+    R~ (node) and L~ (link) of this round, row i about client i, zero diagonal. ``recall``
+    (``match_recall``; 1: no correction) divides the node match ratio, and its square the link
+    ratio, whose two endpoints must both be matched."""
     if scaling not in LINK_SCALINGS:
         raise _unknown("link scaling", scaling, LINK_SCALINGS)
     count = len(encodings)
@@ -126,10 +140,10 @@ def round_overlaps(encodings: Sequence[Tensor], links: Sequence[Tensor], sizes: 
             ratio = _matched(distance, tau).double().mean().item()
             if ratio == 0:  # no node matched: L_ij is 0 without a matching (most pairs)
                 continue
-            node[i, j] = scaled_node_overlap(ratio, sizes[j], len(samples[j]))
+            node[i, j] = scaled_node_overlap(ratio / recall, sizes[j], len(samples[j]))
             partner = greedy_pairs(distance, tau)
-            link[i, j] = scaled_link_overlap(sample_link_overlap(links[i], links[j], partner),
-                                             ratio, sizes[j], len(samples[j]), scaling)
+            shared = sample_link_overlap(links[i], links[j], partner) / recall**2
+            link[i, j] = scaled_link_overlap(shared, ratio, sizes[j], len(samples[j]), scaling)
     return node, link
 
 

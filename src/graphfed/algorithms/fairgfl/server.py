@@ -35,7 +35,7 @@ from graphfed.protocol import NUM_SAMPLES, Message, MessageError, Setup, spec_of
 
 
 class FairGFLServer(FedAvgServer):
-    state_keys = (*FedAvgServer.state_keys, "estimates", "tau")
+    state_keys = (*FedAvgServer.state_keys, "estimates", "tau", "recall")
 
     def __init__(self, setup: Setup):
         super().__init__(setup)
@@ -46,6 +46,7 @@ class FairGFLServer(FedAvgServer):
         self.options: FairGFLOptions = setup.options
         self.estimates = overlap.empty_overlap_state(setup.num_clients)
         self.tau = float(self.options.tau or 0.0)
+        self.recall = 1.0  # of tau's matches, measured when fairgfl.correct_recall is on
         self.last: dict = {}
 
     # ------------------------------------------------------------ setup: the public encoder
@@ -53,14 +54,23 @@ class FairGFLServer(FedAvgServer):
         o = self.options
         x = self.setup.public.graph.x.float()
         model = train_encoder(x, o)
-        if o.tau is None:
+        if o.tau is None or o.correct_recall:
             generator = torch.Generator().manual_seed(int(torch.randint(2**62, ())))
             with torch.no_grad():
                 codes = model.encode(x)
-            self.tau = overlap.calibrate_threshold(
-                codes, lambda c: privacy.privatise_features(
-                    c, o.eps_v, generator, o.feature_mechanism, levels=o.levels),
-                o.tau_quantile)
+
+            def privatise(c: Tensor) -> Tensor:
+                return privacy.privatise_features(c, o.eps_v, generator, o.feature_mechanism,
+                                                  levels=o.levels)
+
+            if o.tau is None:
+                self.tau = overlap.calibrate_threshold(codes, privatise, o.tau_quantile)
+            if o.correct_recall:
+                self.recall = overlap.match_recall(codes, privatise, self.tau)
+                if self.recall == 0:
+                    raise GraphfedError(f"fairgfl.correct_recall: no public node's two "
+                                        f"releases fall under tau = {self.tau:g}; raise tau "
+                                        f"or fairgfl.tau_quantile")
         message = Message(encoder_message(model))
         return {c: message for c in clients}
 
@@ -107,7 +117,8 @@ class FairGFLServer(FedAvgServer):
         encodings = [replies[c].tensors[ENCODINGS] for c in ids]
         links = [privacy.unpack_bits(replies[c].tensors[LINKS], self.batch_size(c)) for c in ids]
         sizes = [self.setup.client_sizes[c].nodes for c in ids]
-        node, link = overlap.round_overlaps(encodings, links, sizes, self.tau, o.link_scaling)
+        node, link = overlap.round_overlaps(encodings, links, sizes, self.tau, o.link_scaling,
+                                            self.recall)
         self.estimates = overlap.accumulate_overlaps(self.estimates, ids, node, link,
                                                      o.accumulate, o.kappa)
 
@@ -139,7 +150,8 @@ class FairGFLServer(FedAvgServer):
         if not self.last:
             return {}
         estimated = self.estimated()
-        out = {**self.last, "tau": self.tau, "overlap_estimated": _rounded(estimated)}
+        out = {**self.last, "tau": self.tau, "match_recall": self.recall,
+               "overlap_estimated": _rounded(estimated)}
         true = self.true_overall()
         if true is not None:
             out["overlap_true"] = _rounded(true)
