@@ -139,3 +139,12 @@ def test_a_strict_tau_measures_its_recall_and_reports_it():
     line = fed.fit_round(1)
     assert line["server"]["match_recall"] == server.recall
     assert federation().runtime.server.recall == 1.0  # off by default: no correction
+
+
+def test_a_checkpoint_from_before_the_recall_correction_resumes_without_it():
+    server = federation().runtime.server
+    state = server.state_dict()
+    del state["recall"]
+    server.recall = 0.5
+    server.load_state_dict(state)
+    assert server.recall == 1.0

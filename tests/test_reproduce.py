@@ -298,3 +298,24 @@ def test_a_third_seed_with_workers_trains_only_that_seed(tmp_path):
     after = {s: (cell / f"seed-{s}" / "summary.json").stat().st_mtime_ns for s in (0, 1)}
     assert after == before  # the finished seeds were kept, not retrained
     assert json.loads((cell / "summary.json").read_text())["seeds"] == [0, 1, 2]
+
+
+def test_a_failed_seed_does_not_cost_the_finished_ones_their_place(tmp_path):
+    from concurrent.futures import Future
+
+    from graphfed.reproduce.runner import adopt_finished
+
+    class Named:  # a cell as adopt_finished reads it
+        class config:  # noqa: N801
+            name = "cell"
+
+    finished, failed = Future(), Future()
+    staged = tmp_path / ".seeds" / "cell-seed0"
+    (staged / "seed-0").mkdir(parents=True)
+    (staged / "seed-0" / "summary.json").write_text("{}")
+    finished.set_result(staged)
+    failed.set_exception(GraphfedError("checkpoint lacks server state ['x']"))
+    tasks = {failed: (Named, 1), finished: (Named, 0)}
+    with pytest.raises(GraphfedError, match=r"1 of 2 seeds failed .*cell seed 1: checkpoint"):
+        adopt_finished([failed, finished], tasks, tmp_path, progress=False)
+    assert (tmp_path / "cell" / "seed-0" / "summary.json").is_file()  # adopted all the same

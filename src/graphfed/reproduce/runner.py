@@ -15,7 +15,8 @@ import json
 import multiprocessing
 import os
 import shutil
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections.abc import Iterable
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -220,12 +221,28 @@ def _train_seeds(tasks: list[tuple[Cell, int]], runs: Path, progress: bool, jobs
                              initializer=_share_cores, initargs=(jobs,)) as pool:
         futures = {pool.submit(_train_seed, cell, seed, runs): (cell, seed)
                    for cell, seed in tasks}
-        for done, future in enumerate(as_completed(futures), 1):
-            cell, seed = futures[future]
-            _adopt_seed(future.result(), runs / cell.config.name, seed)
-            if progress:
-                print(f"[{done}/{len(tasks)}] {cell.config.name} seed {seed} finished",
-                      flush=True)
+        adopt_finished(as_completed(futures), futures, runs, progress)
+
+
+def adopt_finished(completed: Iterable[Future], tasks: dict[Future, tuple[Cell, int]],
+                   runs: Path, progress: bool) -> None:
+    """Move every seed that finished into its cell as it completes. A seed that failed does
+    not cost the others theirs: they are all adopted, then the failures are raised together
+    (a failed seed stays under ``runs/.seeds``, to resume from its last checkpoint)."""
+    failed = []
+    for done, future in enumerate(completed, 1):
+        cell, seed = tasks[future]
+        try:
+            staged = future.result()
+        except Exception as error:  # reported below, after the others are adopted
+            failed.append(f"{cell.config.name} seed {seed}: {error}")
+            continue
+        _adopt_seed(staged, runs / cell.config.name, seed)
+        if progress:
+            print(f"[{done}/{len(tasks)}] {cell.config.name} seed {seed} finished", flush=True)
+    if failed:
+        raise GraphfedError(f"{len(failed)} of {len(tasks)} seeds failed (the others are in "
+                            f"their cells): " + "; ".join(failed))
 
 
 def _saved_config(path: Path) -> dict | None:

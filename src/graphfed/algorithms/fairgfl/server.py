@@ -49,6 +49,10 @@ class FairGFLServer(FedAvgServer):
         self.recall = 1.0  # of tau's matches, measured when fairgfl.correct_recall is on
         self.last: dict = {}
 
+    def load_state_dict(self, state):
+        # a checkpoint from before fairgfl.correct_recall matched without a recall correction
+        super().load_state_dict({"recall": 1.0, **state})
+
     # ------------------------------------------------------------ setup: the public encoder
     def configure_setup(self, clients):
         o = self.options
