@@ -306,7 +306,7 @@ def test_a_failed_seed_does_not_cost_the_finished_ones_their_place(tmp_path):
     from graphfed.reproduce.runner import adopt_finished
 
     class Named:  # a cell as adopt_finished reads it
-        class config:  # noqa: N801
+        class config:
             name = "cell"
 
     finished, failed = Future(), Future()
