@@ -72,7 +72,6 @@ def main() -> None:
         fed = build_federation(config, seed=0)  # the graph and the partition built above
         fed.setup()
         setup_s = time.perf_counter() - start
-    del data
     print(f"set-up {setup_s:.1f} s in all, peak {peak_gb():.2f} GB", flush=True)
 
     # A full-batch epoch over ten million nodes needs about 2.8 KB of activations and

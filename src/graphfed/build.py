@@ -62,11 +62,11 @@ def config_dataset(config: ExperimentConfig) -> GraphDataset:
 
 def federated_data(config: ExperimentConfig, seed: int) -> FederatedData:
     """The clients of this config and seed (the partition artifact is built once, then reused)."""
+    data = config_dataset(config)
     partition_seed = config.partition.seed if config.partition.seed is not None else seed
-    artifact = load_or_build_partition(config_dataset(config), config.partition,
-                                       config.num_clients, partition_seed,
-                                       config.dataset_options)
-    return materialize(config_dataset(config), artifact)
+    artifact = load_or_build_partition(data, config.partition, config.num_clients,
+                                       partition_seed, config.dataset_options)
+    return materialize(data, artifact)
 
 
 def build_algorithm(config: ExperimentConfig, seed: int, level: str, num_features: int,

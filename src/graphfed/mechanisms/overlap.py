@@ -42,9 +42,7 @@ def calibrate_threshold(public_encodings: Tensor, privatise: Callable[[Tensor], 
     encodings twice, independently, and take the ``quantile`` of the distances between the two
     releases of each node. Two clients privatise a shared node independently, so about that
     share of true matches falls under tau. A fixed tau is the alternative (pass it directly)."""
-    first, second = privatise(public_encodings), privatise(public_encodings)
-    distance = (first.to(torch.float64) - second.to(torch.float64)).norm(dim=1)
-    return torch.quantile(distance, quantile).item()
+    return torch.quantile(_release_distances(public_encodings, privatise), quantile).item()
 
 
 def match_recall(public_encodings: Tensor, privatise: Callable[[Tensor], Tensor],
@@ -53,9 +51,13 @@ def match_recall(public_encodings: Tensor, privatise: Callable[[Tensor], Tensor]
     and the share of nodes whose two releases fall under tau (the tau_quantile, for a calibrated
     tau). A shared node is matched with this probability, so a sampled match ratio divided by it
     estimates the shared share without the bias of a strict tau."""
-    first, second = privatise(public_encodings), privatise(public_encodings)
-    distance = (first.to(torch.float64) - second.to(torch.float64)).norm(dim=1)
-    return (distance < tau).double().mean().item()
+    return (_release_distances(public_encodings, privatise) < tau).double().mean().item()
+
+
+def _release_distances(encodings: Tensor, privatise: Callable[[Tensor], Tensor]) -> Tensor:
+    """Each node's distance between two independent privatisations of its encoding."""
+    first, second = privatise(encodings), privatise(encodings)
+    return (first.to(torch.float64) - second.to(torch.float64)).norm(dim=1)
 
 
 def _distances(sample_i: Tensor, sample_j: Tensor) -> Tensor:
