@@ -32,22 +32,31 @@ GOLDEN, MIX1, MIX2, SALT = (_int32(c) for c in (0x9E3779B9, 0x85EBCA6B, 0xC2B2AE
 
 
 def _fmix32(h: Tensor) -> Tensor:
-    """MurmurHash3's 32-bit finaliser (a bijection) on int32 tensors: multiplications wrap,
-    and each right shift is masked into a logical one."""
-    h = h ^ ((h >> 16) & 0xFFFF)
-    h = h * MIX1
-    h = h ^ ((h >> 13) & 0x7FFFF)
-    h = h * MIX2
-    return h ^ ((h >> 16) & 0xFFFF)
+    """MurmurHash3's 32-bit finaliser (a bijection) on int32 tensors, in place: multiplications
+    wrap, and each right shift is masked into a logical one. In place because the masks of a
+    batched step hash tens of millions of elements: every pass saved is an allocation saved."""
+    h ^= (h >> 16) & 0xFFFF
+    h *= MIX1
+    h ^= (h >> 13) & 0x7FFFF
+    h *= MIX2
+    h ^= (h >> 16) & 0xFFFF
+    return h
 
 
 def keyed_keep(key: Tensor, salt: int, shape: torch.Size, p: float) -> Tensor:
     """A keep-mask (each element kept with probability 1 - p) for ``shape`` from ``key`` (an
     int32 tensor, a per-client scalar under vmap) and ``salt`` (which call this is): element
     i's 24-bit hash of (key, salt, i) against p * 2**24."""
-    base = _fmix32(key ^ _int32((salt * SALT) & MASK32))
     index = torch.arange(shape.numel(), device=key.device, dtype=torch.int32).view(shape)
-    return (_fmix32(index * GOLDEN + base) & 0xFFFFFF) >= round(p * (1 << 24))
+    return _keep_at(key, salt, index, p)
+
+
+def _keep_at(key: Tensor, salt: int, index: Tensor, p: float) -> Tensor:
+    """``keyed_keep``'s bits at the flat element positions ``index`` (int32) only."""
+    base = _fmix32(key ^ _int32((salt * SALT) & MASK32))
+    h = _fmix32(index * GOLDEN + base)
+    h &= 0xFFFFFF
+    return h >= round(p * (1 << 24))
 
 
 @dataclass
@@ -55,25 +64,30 @@ class _Keys:
     keys: Tensor
     step: int = 0
     site: int = 0
+    feature_nonzeros: Tensor | None = None
 
 
 _ACTIVE: ContextVar[_Keys | None] = ContextVar("graphfed_dropout_keys", default=None)
 
 
 @contextmanager
-def keyed(keys: Tensor, step: int) -> Iterator[None]:
-    """Draw the masks of this training step (``step``) from ``keys``."""
-    token = _ACTIVE.set(_Keys(keys, step))
+def keyed(keys: Tensor, step: int, feature_nonzeros: Tensor | None = None) -> Iterator[None]:
+    """Draw the masks of this training step (``step``) from ``keys``. ``feature_nonzeros``:
+    the flat positions of the input features' non-zeros (any padding pointing at a zero), so
+    the dropout on the features hashes those positions only."""
+    token = _ACTIVE.set(_Keys(keys, step, feature_nonzeros=feature_nonzeros))
     try:
         yield
     finally:
         _ACTIVE.reset(token)
 
 
-def dropout(x: Tensor, p: float, training: bool) -> Tensor:
+def dropout(x: Tensor, p: float, training: bool, on_features: bool = False) -> Tensor:
     """``F.dropout``, or under ``keyed`` the same distribution from the client's key. On a
     sparse CSR matrix (``model.sparse_features``) only the stored values are dropped: the
-    zeros a dense mask would drop stay zero, so the output has the dense dropout's law."""
+    zeros a dense mask would drop stay zero, so the output has the dense dropout's law.
+    ``on_features``: ``x`` is the input features, whose non-zeros ``keyed`` may know; then
+    only they are hashed, and the result equals the dense keyed mask's bit for bit."""
     if not training or p == 0.0:
         return x
     if is_csr(x):
@@ -83,4 +97,14 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
         return F.dropout(x, p, training)
     keys.site += 1
     salt = keys.step * 1024 + keys.site
+    if on_features and keys.feature_nonzeros is not None:
+        return _dropout_at(x, keys.keys, salt, keys.feature_nonzeros, p)
     return x * keyed_keep(keys.keys, salt, x.shape, p) / (1.0 - p)
+
+
+def _dropout_at(x: Tensor, key: Tensor, salt: int, positions: Tensor, p: float) -> Tensor:
+    """The keyed dropout of ``x`` where every element outside ``positions`` is zero: the mask
+    hashed at ``positions`` only (elsewhere it multiplies zeros, so its value is moot)."""
+    keep = _keep_at(key, salt, positions.to(torch.int32), p)
+    mask = torch.zeros(x.numel(), dtype=torch.bool, device=x.device).scatter(0, positions, keep)
+    return x * mask.view(x.shape) / (1.0 - p)

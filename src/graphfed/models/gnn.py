@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, Field
 from torch import Tensor, nn
@@ -18,13 +19,12 @@ from torch_geometric.nn import (
     GCNConv,
     GINConv,
     SAGEConv,
-    global_add_pool,
-    global_mean_pool,
 )
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import scatter
 
 from graphfed.models.dropout import dropout
+from graphfed.models.propagation import mean_pool, sum_pool, weighted_sum
 from graphfed.models.sparse import to_csr
 from graphfed.validation import OPTIONS
 
@@ -59,10 +59,34 @@ class ModelOptions(BaseModel):
 SPARSE_INPUT_MODELS = ("gcn", "gat", "mlp")
 
 
+class GCNLayer(GCNConv):
+    """PyG's ``GCNConv`` (its parameters, names and initialisation) on edges normalised once
+    in ``prepare``, its neighbour sum one sparse product (``propagation.weighted_sum``)."""
+
+    def __init__(self, d_in: int, d_out: int):
+        super().__init__(d_in, d_out, normalize=False)
+
+    def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None
+                ) -> Tensor:
+        out = weighted_sum(self.lin(x), edge_index, edge_weight)
+        return out if self.bias is None else out + self.bias
+
+
+class GINLayer(GINConv):
+    """PyG's ``GINConv`` (fixed eps = 0; its parameters and names), its neighbour sum one
+    sparse product: h' = MLP((1 + eps) h + sum_j h_j) (Xu et al., ICLR 2019, Eq. 4.1)."""
+
+    def __init__(self, mlp: nn.Module):
+        super().__init__(mlp, eps=0.0, train_eps=False)
+
+    def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
+        return self.nn(weighted_sum(x, edge_index, None) + (1 + self.eps) * x)
+
+
 def message_passing_layer(name: str, d_in: int, d_out: int, opts: ModelOptions,
                           last: bool) -> nn.Module:
     if name == "gcn":
-        return GCNConv(d_in, d_out, normalize=False)
+        return GCNLayer(d_in, d_out)
     if name == "sage":
         return SAGEConv(d_in, d_out)
     if name == "gat":
@@ -70,7 +94,7 @@ def message_passing_layer(name: str, d_in: int, d_out: int, opts: ModelOptions,
         return GATConv(d_in, d_out // heads, heads=heads, dropout=opts.dropout)
     if name == "gin":
         mlp = nn.Sequential(nn.Linear(d_in, d_out), nn.ReLU(), nn.Linear(d_out, d_out))
-        return GINConv(mlp, eps=0.0, train_eps=False)
+        return GINLayer(mlp)
     if name == "mlp":
         return nn.Linear(d_in, d_out)
     raise ValueError(f"no message-passing layer named {name!r}")
@@ -78,10 +102,13 @@ def message_passing_layer(name: str, d_in: int, d_out: int, opts: ModelOptions,
 
 def gcn_normalised(graph: Data) -> Data:
     """A copy of ``graph`` with GCN's self-looped, symmetrically normalised edges and weights
-    (per-graph, so still valid after slicing a batch by graph)."""
+    (per-graph, so still valid after slicing a batch by graph), sorted by (target, source):
+    the row order of the sparse product ``weighted_sum`` builds, kept by node-preserving
+    slices."""
     out = graph.clone()
-    out.edge_index, out.edge_weight = gcn_norm(graph.edge_index, None, graph.num_nodes,
-                                               add_self_loops=True)
+    edge_index, weight = gcn_norm(graph.edge_index, None, graph.num_nodes, add_self_loops=True)
+    order = _by_target(edge_index, graph.num_nodes)
+    out.edge_index, out.edge_weight = edge_index[:, order], weight[order]
     return out
 
 
@@ -97,8 +124,22 @@ def sgc_propagate(graph: Data, hops: int) -> Tensor:
 
 
 def _prepare_edges(name: str, graph: Data) -> Data:
-    """A copy of ``graph`` whose edges are ready for the layer type (GCN: normalised)."""
-    return gcn_normalised(graph) if name == "gcn" else graph.clone()
+    """A copy of ``graph`` whose edges are ready for the layer type (GCN: normalised), sorted
+    by target (the row order of the sparse products GCN and GIN layers take)."""
+    if name == "gcn":
+        return gcn_normalised(graph)
+    order = _by_target(graph.edge_index, graph.num_nodes)
+    out = graph.clone()
+    out.edge_index = graph.edge_index[:, order]
+    for key in ("edge_weight", "edge_attr"):
+        if getattr(graph, key, None) is not None:
+            out[key] = graph[key][order]
+    return out
+
+
+def _by_target(edge_index: Tensor, nodes: int) -> Tensor:
+    """The order that sorts ``edge_index`` by (target, source)."""
+    return torch.argsort(edge_index[1] * nodes + edge_index[0])
 
 
 def propagate_inputs(name: str, edge_index: Tensor, edge_weight: Tensor | None):
@@ -142,7 +183,7 @@ class NodeClassifier(nn.Module):
             return self.convs[0](x)
         inputs = propagate_inputs(self.opts.name, edge_index, edge_weight)
         for i, conv in enumerate(self.convs):
-            x = dropout(x, self.opts.dropout, self.training)
+            x = dropout(x, self.opts.dropout, self.training, on_features=i == 0)
             x = conv(x, *inputs)
             if i < len(self.convs) - 1:
                 x = F.relu(x)
@@ -191,7 +232,7 @@ class GraphClassifier(nn.Module):
                                    for _ in range(opts.layers))
         self.post = nn.Linear(h, h)
         self.readout = nn.Linear(h, num_classes)
-        self.pool = global_add_pool if opts.pooling == "add" else global_mean_pool
+        self.pool = sum_pool if opts.pooling == "add" else mean_pool
 
     def prepare(self, graphs: Data) -> Data:
         return _prepare_edges(self.opts.name, graphs)

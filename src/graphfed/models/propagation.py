@@ -1,0 +1,102 @@
+"""GCN's weighted neighbour sum as one sparse matrix product, and many clients' as one.
+
+``weighted_sum(y, source, target, weight)`` returns ``out[t] = sum_e weight_e * y[source_e]``
+over the edges into ``t`` (Kipf & Welling, ICLR 2017, Eq. 2 with the normalised weights
+computed once in ``prepare``). PyG's message passing gathers one row per edge and scatters it
+back; a CSR product reads the same numbers without materialising the per-edge rows, about three
+times faster on the CPU. Under ``torch.func.vmap`` (the batched engine) the clients' padded
+graphs become one block-diagonal CSR matrix and one product, instead of a gather and a scatter
+with per-client index tensors expanded to every feature.
+
+Its backward is the product with the transpose (every edge reversed); the edge weights are
+constants (GCN's normalisation), never trained.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+from torch import Tensor
+
+
+def _adjacency(source: Tensor, target: Tensor, weight: Tensor | None, rows: int,
+               cols: int) -> Tensor:
+    """The ``rows x cols`` CSR matrix with ``weight`` at (target, source): rows by target, so
+    the edges are sorted by target first when they are not already (prepared edges are)."""
+    if weight is None:
+        weight = torch.ones(source.numel(), dtype=torch.float32, device=source.device)
+    if source.numel() > 1 and bool((target[1:] < target[:-1]).any()):
+        order = torch.argsort(target, stable=True)
+        source, target, weight = source[order], target[order], weight[order]
+    crow = torch.zeros(rows + 1, dtype=torch.long, device=target.device)
+    crow[1:] = torch.bincount(target, minlength=rows).cumsum(0)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        return torch.sparse_csr_tensor(crow, source, weight, (rows, cols),
+                                       check_invariants=False)
+
+
+class _WeightedSum(torch.autograd.Function):
+    @staticmethod
+    def forward(y: Tensor, source: Tensor, target: Tensor, weight: Tensor | None,
+                size: int) -> Tensor:
+        weight = None if weight is None else weight.to(y.dtype)
+        return torch.sparse.mm(_adjacency(source, target, weight, size, y.size(0)), y)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        y, source, target, weight, _ = inputs
+        ctx.inputs = y.size(0)
+        ctx.save_for_backward(source, target, weight)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        source, target, weight = ctx.saved_tensors
+        weight = None if weight is None else weight.to(grad.dtype)
+        # the transpose: every edge reversed (rows by source)
+        transposed = _adjacency(target, source, weight, ctx.inputs, grad.size(0))
+        return torch.sparse.mm(transposed, grad), None, None, None, None
+
+    @staticmethod
+    def vmap(info, in_dims, y, source, target, weight, size):
+        """K clients' padded graphs as one block-diagonal graph: client k's sources shifted by
+        ``k * n`` and its targets by ``k * size``, so its edges stay sorted by target and
+        never reach another client."""
+        clients = info.batch_size
+
+        def stacked(t: Tensor, dim: int | None) -> Tensor:
+            return t.movedim(dim, 0) if dim is not None else t.expand(clients, *t.shape)
+
+        y = stacked(y, in_dims[0])
+        nodes = y.size(1)
+        shift = torch.arange(clients, device=y.device).unsqueeze(1)
+        flat_source = (stacked(source, in_dims[1]) + shift * nodes).reshape(-1)
+        flat_target = (stacked(target, in_dims[2]) + shift * size).reshape(-1)
+        flat_weight = None if weight is None else stacked(weight, in_dims[3]).reshape(-1)
+        out = _WeightedSum.apply(y.reshape(clients * nodes, *y.shape[2:]), flat_source,
+                                 flat_target, flat_weight, clients * size)
+        return out.view(clients, size, *out.shape[1:]), 0
+
+
+def weighted_sum(y: Tensor, edge_index: Tensor, edge_weight: Tensor | None,
+                 size: int | None = None) -> Tensor:
+    """``out[t] = sum over edges (s, t) of edge_weight * y[s]`` (weight 1 when None), for
+    ``size`` targets (default: as many as ``y`` has rows)."""
+    if edge_weight is not None and edge_weight.requires_grad:
+        raise ValueError("weighted_sum treats edge weights as constants; these require grad")
+    return _WeightedSum.apply(y, edge_index[0], edge_index[1], edge_weight,
+                              y.size(0) if size is None else size)
+
+
+def sum_pool(x: Tensor, batch: Tensor, num_graphs: int) -> Tensor:
+    """Every graph's node rows summed (GIN's readout, Xu et al., ICLR 2019, Eq. 4.2): a
+    weighted sum along node -> graph edges."""
+    nodes = torch.arange(x.size(0), device=x.device)
+    return weighted_sum(x, torch.stack([nodes, batch]), None, num_graphs)
+
+
+def mean_pool(x: Tensor, batch: Tensor, num_graphs: int) -> Tensor:
+    """Every graph's node rows averaged (an empty graph's row stays zero)."""
+    counts = sum_pool(torch.ones_like(x[:, :1]), batch, num_graphs)
+    return sum_pool(x, batch, num_graphs) / counts.clamp(min=1)
