@@ -112,3 +112,21 @@ def test_dropout_hashed_at_the_non_zeros_equals_the_dense_keyed_mask():
     for c in range(clients):  # and both are the client's own mask, not its neighbours'
         mask = keyed_keep(keys[c], 5 * 1024 + 1, torch.Size(shape), 0.4)
         assert torch.equal(dense[c], x[c] * mask / 0.6)
+
+
+def test_the_matrices_kept_beside_edge_tensors_go_with_them_and_see_changes():
+    import gc
+
+    from graphfed.models.propagation import _MATRICES
+
+    y = torch.randn(4, 2, requires_grad=True)
+    for _ in range(20):  # fresh edges every step, as sampled mini-batches have
+        edge_index = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]])
+        weighted_sum(y, edge_index, None).sum().backward()
+    del edge_index
+    gc.collect()
+    assert len(_MATRICES) == 0
+    edge_index = torch.tensor([[0, 1], [1, 0]])
+    assert torch.equal(weighted_sum(y, edge_index, None)[1], y[0])
+    edge_index[0, 0] = 2  # changed in place: its matrix is built again
+    assert torch.equal(weighted_sum(y, edge_index, None)[1], y[2])

@@ -15,9 +15,14 @@ constants (GCN's normalisation), never trained.
 from __future__ import annotations
 
 import warnings
+import weakref
 
 import torch
 from torch import Tensor
+from torch.utils.weak import WeakIdKeyDictionary
+
+# edge tensor -> its CSR matrices: a client's prepared edges serve every step of every round
+_MATRICES: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
 
 def _adjacency(source: Tensor, target: Tensor, weight: Tensor | None, rows: int,
@@ -37,29 +42,44 @@ def _adjacency(source: Tensor, target: Tensor, weight: Tensor | None, rows: int,
                                        check_invariants=False)
 
 
+def _matrix(edge_index: Tensor, weight: Tensor | None, rows: int, cols: int,
+            dtype: torch.dtype, transpose: bool) -> Tensor:
+    """``_adjacency`` of these edges (``transpose``: every edge reversed), kept beside the edge
+    tensor while it lives and is unchanged (same version, same weight tensor)."""
+    key = (rows, cols, dtype, transpose)
+    stamp = (edge_index._version, None if weight is None else weight._version)
+    held = _MATRICES.setdefault(edge_index, {}).get(key)
+    if held is not None and held[0] == stamp and held[1]() is weight:
+        return held[2]
+    source, target = (edge_index[1], edge_index[0]) if transpose else edge_index
+    source = source.clone()  # a view would keep edge_index, the cache's key, alive for ever
+    matrix = _adjacency(source, target, None if weight is None else weight.to(dtype), rows,
+                        cols)
+    ref = (lambda: None) if weight is None else weakref.ref(weight)
+    _MATRICES[edge_index][key] = (stamp, ref, matrix)
+    return matrix
+
+
 class _WeightedSum(torch.autograd.Function):
     @staticmethod
-    def forward(y: Tensor, source: Tensor, target: Tensor, weight: Tensor | None,
-                size: int) -> Tensor:
-        weight = None if weight is None else weight.to(y.dtype)
-        return torch.sparse.mm(_adjacency(source, target, weight, size, y.size(0)), y)
+    def forward(y: Tensor, edge_index: Tensor, weight: Tensor | None, size: int) -> Tensor:
+        return torch.sparse.mm(_matrix(edge_index, weight, size, y.size(0), y.dtype, False), y)
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:
-        y, source, target, weight, _ = inputs
-        ctx.inputs = y.size(0)
-        ctx.save_for_backward(source, target, weight)
+        y, edge_index, weight, size = inputs
+        ctx.shape = (y.size(0), size)
+        ctx.save_for_backward(edge_index, weight)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        source, target, weight = ctx.saved_tensors
-        weight = None if weight is None else weight.to(grad.dtype)
-        # the transpose: every edge reversed (rows by source)
-        transposed = _adjacency(target, source, weight, ctx.inputs, grad.size(0))
-        return torch.sparse.mm(transposed, grad), None, None, None, None
+        edge_index, weight = ctx.saved_tensors
+        inputs, size = ctx.shape
+        transposed = _matrix(edge_index, weight, inputs, size, grad.dtype, True)
+        return torch.sparse.mm(transposed, grad), None, None, None
 
     @staticmethod
-    def vmap(info, in_dims, y, source, target, weight, size):
+    def vmap(info, in_dims, y, edge_index, weight, size):
         """K clients' padded graphs as one block-diagonal graph: client k's sources shifted by
         ``k * n`` and its targets by ``k * size``, so its edges stay sorted by target and
         never reach another client."""
@@ -70,12 +90,12 @@ class _WeightedSum(torch.autograd.Function):
 
         y = stacked(y, in_dims[0])
         nodes = y.size(1)
-        shift = torch.arange(clients, device=y.device).unsqueeze(1)
-        flat_source = (stacked(source, in_dims[1]) + shift * nodes).reshape(-1)
-        flat_target = (stacked(target, in_dims[2]) + shift * size).reshape(-1)
-        flat_weight = None if weight is None else stacked(weight, in_dims[3]).reshape(-1)
-        out = _WeightedSum.apply(y.reshape(clients * nodes, *y.shape[2:]), flat_source,
-                                 flat_target, flat_weight, clients * size)
+        shift = torch.arange(clients, device=y.device).view(clients, 1, 1) * torch.tensor(
+            [[nodes], [size]], device=y.device)
+        flat_edges = (stacked(edge_index, in_dims[1]) + shift).transpose(0, 1).reshape(2, -1)
+        flat_weight = None if weight is None else stacked(weight, in_dims[2]).reshape(-1)
+        out = _WeightedSum.apply(y.reshape(clients * nodes, *y.shape[2:]), flat_edges,
+                                 flat_weight, clients * size)
         return out.view(clients, size, *out.shape[1:]), 0
 
 
@@ -85,8 +105,7 @@ def weighted_sum(y: Tensor, edge_index: Tensor, edge_weight: Tensor | None,
     ``size`` targets (default: as many as ``y`` has rows)."""
     if edge_weight is not None and edge_weight.requires_grad:
         raise ValueError("weighted_sum treats edge weights as constants; these require grad")
-    return _WeightedSum.apply(y, edge_index[0], edge_index[1], edge_weight,
-                              y.size(0) if size is None else size)
+    return _WeightedSum.apply(y, edge_index, edge_weight, y.size(0) if size is None else size)
 
 
 def sum_pool(x: Tensor, batch: Tensor, num_graphs: int) -> Tensor:
