@@ -138,7 +138,9 @@ def test_a_strict_tau_measures_its_recall_and_reports_it():
     assert 0.4 <= server.recall <= 0.6  # on the public pool's own two releases
     line = fed.fit_round(1)
     assert line["server"]["match_recall"] == server.recall
-    assert federation().runtime.server.recall == 1.0  # off by default: no correction
+    off = federation("fairgfl.correct_recall=false").runtime.server
+    off.configure_setup([])
+    assert off.recall == 1.0  # the paper's raw ratios: no correction
 
 
 def test_a_checkpoint_from_before_the_recall_correction_resumes_without_it():

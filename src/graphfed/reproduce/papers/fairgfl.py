@@ -223,12 +223,12 @@ def overlap_scatter(rows: list[dict], out: Path) -> Path:
 ESTIMATES = [Variant("fairgfl", "fairgfl"),
              # a larger feature budget: fewer false matches between privatised encodings
              Variant("fairgfl[eps_v=16]", "fairgfl", ("fairgfl.eps_v=16",)),
-             # a strict tau at the same budget, its recall divided out (benchmarks/
-             # fairgfl_matching.py, CiteSeer: 0.04 % false matches per pair at 0.5, 0.01 %
-             # at 0.3, against 3.3 % at the default 0.95)
-             *[Variant(f"fairgfl[tau_quantile={q}]", "fairgfl",
-                       (f"fairgfl.tau_quantile={q}", "fairgfl.correct_recall=true"))
-               for q in ("0.5", "0.3")]]
+             # the spec's tau (the 0.95 quantile, raw ratios) and one between it and the
+             # default 0.3 (benchmarks/fairgfl_matching.py, CiteSeer: 3.3 % false matches per
+             # pair at 0.95, 0.04 % at 0.5, 0.01 % at 0.3)
+             Variant("fairgfl[tau_quantile=0.95]", "fairgfl",
+                     ("fairgfl.tau_quantile=0.95", "fairgfl.correct_recall=false")),
+             Variant("fairgfl[tau_quantile=0.5]", "fairgfl", ("fairgfl.tau_quantile=0.5",))]
 TABLE3 = register(Preset(
     name="fairgfl-table3",
     description="FairGFL Table III: estimated vs true overlap ratios; how well the estimates "
