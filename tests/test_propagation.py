@@ -120,12 +120,15 @@ def test_the_matrices_kept_beside_edge_tensors_go_with_them_and_see_changes():
     from graphfed.models.propagation import _MATRICES
 
     y = torch.randn(4, 2, requires_grad=True)
+    gc.collect()
+    held = len(_MATRICES)  # other tests' edge tensors may still live in this process
     for _ in range(20):  # fresh edges every step, as sampled mini-batches have
         edge_index = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]])
         weighted_sum(y, edge_index, None).sum().backward()
+    assert len(_MATRICES) <= held + 1  # only the live one
     del edge_index
     gc.collect()
-    assert len(_MATRICES) == 0
+    assert len(_MATRICES) <= held
     edge_index = torch.tensor([[0, 1], [1, 0]])
     assert torch.equal(weighted_sum(y, edge_index, None)[1], y[0])
     edge_index[0, 0] = 2  # changed in place: its matrix is built again
