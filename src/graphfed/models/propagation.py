@@ -16,24 +16,43 @@ from __future__ import annotations
 
 import warnings
 import weakref
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 from torch.utils.weak import WeakIdKeyDictionary
 
-# edge tensor -> its CSR matrices: a client's prepared edges serve every step of every round
-_MATRICES: WeakIdKeyDictionary = WeakIdKeyDictionary()
+# edge tensor -> what is derived from it (its CSR matrices, its block-diagonal form): a client's
+# prepared edges serve every step of every round
+_DERIVED: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
 
-def _adjacency(source: Tensor, target: Tensor, weight: Tensor | None, rows: int,
-               cols: int) -> Tensor:
-    """The ``rows x cols`` CSR matrix with ``weight`` at (target, source): rows by target, so
-    the edges are sorted by target first when they are not already (prepared edges are)."""
-    if weight is None:
-        weight = torch.ones(source.numel(), dtype=torch.float32, device=source.device)
+def _derived(edges: Tensor, weight: Tensor | None, key: tuple, build: Callable[[], object]):
+    """``build()``, kept beside ``edges`` while that tensor lives and neither it nor ``weight``
+    (the same tensor) has changed. ``build`` must not return a view of ``edges``: it would keep
+    its own key alive for ever."""
+    stamp = (edges._version, None if weight is None else weight._version)
+    held = _DERIVED.setdefault(edges, {}).get(key)
+    if held is not None and held[0] == stamp and held[1]() is weight:
+        return held[2]
+    value = build()
+    ref = (lambda: None) if weight is None else weakref.ref(weight)
+    _DERIVED[edges][key] = (stamp, ref, value)
+    return value
+
+
+def _adjacency(source: Tensor, target: Tensor, weight: Tensor | None, rows: int, cols: int,
+               dtype: torch.dtype) -> Tensor:
+    """The ``rows x cols`` CSR matrix with ``weight`` (1 when None) at (target, source): rows by
+    target, so the edges are sorted by target first when they are not already (prepared edges
+    are)."""
+    weight = (torch.ones(source.numel(), dtype=dtype, device=source.device) if weight is None
+              else weight.to(dtype))
     if source.numel() > 1 and bool((target[1:] < target[:-1]).any()):
         order = torch.argsort(target, stable=True)
         source, target, weight = source[order], target[order], weight[order]
+    else:
+        source = source.clone()  # not a view of the edge tensor (see _derived)
     crow = torch.zeros(rows + 1, dtype=torch.long, device=target.device)
     crow[1:] = torch.bincount(target, minlength=rows).cumsum(0)
     with warnings.catch_warnings():
@@ -44,20 +63,33 @@ def _adjacency(source: Tensor, target: Tensor, weight: Tensor | None, rows: int,
 
 def _matrix(edge_index: Tensor, weight: Tensor | None, rows: int, cols: int,
             dtype: torch.dtype, transpose: bool) -> Tensor:
-    """``_adjacency`` of these edges (``transpose``: every edge reversed), kept beside the edge
-    tensor while it lives and is unchanged (same version, same weight tensor)."""
-    key = (rows, cols, dtype, transpose)
-    stamp = (edge_index._version, None if weight is None else weight._version)
-    held = _MATRICES.setdefault(edge_index, {}).get(key)
-    if held is not None and held[0] == stamp and held[1]() is weight:
-        return held[2]
+    """``_adjacency`` of these edges (``transpose``: every edge reversed), built once."""
     source, target = (edge_index[1], edge_index[0]) if transpose else edge_index
-    source = source.clone()  # a view would keep edge_index, the cache's key, alive for ever
-    matrix = _adjacency(source, target, None if weight is None else weight.to(dtype), rows,
-                        cols)
-    ref = (lambda: None) if weight is None else weakref.ref(weight)
-    _MATRICES[edge_index][key] = (stamp, ref, matrix)
-    return matrix
+    return _derived(edge_index, weight, ("csr", rows, cols, dtype, transpose),
+                    lambda: _adjacency(source, target, weight, rows, cols, dtype))
+
+
+def _block_diagonal(edge_index: Tensor, edge_dim: int | None, weight: Tensor | None,
+                    weight_dim: int | None, clients: int, nodes: int, size: int
+                    ) -> tuple[Tensor, Tensor | None]:
+    """K clients' edges as one graph: client k's sources shifted by ``k * nodes`` and its
+    targets by ``k * size``, so its edges stay sorted by target and never reach another
+    client; built once per stacked edge tensor (the batched engine's padded layout serves
+    every step), and then so is its CSR matrix."""
+    def build() -> tuple[Tensor, Tensor | None]:
+        shift = torch.arange(clients, device=edge_index.device).view(clients, 1, 1) * (
+            torch.tensor([[nodes], [size]], device=edge_index.device))
+        flat = (_stacked(edge_index, edge_dim, clients) + shift).transpose(0, 1).reshape(2, -1)
+        return flat, (None if weight is None
+                      else _stacked(weight, weight_dim, clients).reshape(-1).clone())
+
+    return _derived(edge_index, weight, ("block", edge_dim, weight_dim, clients, nodes, size),
+                    build)
+
+
+def _stacked(t: Tensor, dim: int | None, clients: int) -> Tensor:
+    """``t`` with its client dimension first (broadcast to every client when it has none)."""
+    return t.movedim(dim, 0) if dim is not None else t.expand(clients, *t.shape)
 
 
 class _WeightedSum(torch.autograd.Function):
@@ -80,22 +112,14 @@ class _WeightedSum(torch.autograd.Function):
 
     @staticmethod
     def vmap(info, in_dims, y, edge_index, weight, size):
-        """K clients' padded graphs as one block-diagonal graph: client k's sources shifted by
-        ``k * n`` and its targets by ``k * size``, so its edges stay sorted by target and
-        never reach another client."""
+        """K clients' padded graphs as one block-diagonal graph (``_block_diagonal``)."""
         clients = info.batch_size
-
-        def stacked(t: Tensor, dim: int | None) -> Tensor:
-            return t.movedim(dim, 0) if dim is not None else t.expand(clients, *t.shape)
-
-        y = stacked(y, in_dims[0])
+        y = _stacked(y, in_dims[0], clients)
         nodes = y.size(1)
-        shift = torch.arange(clients, device=y.device).view(clients, 1, 1) * torch.tensor(
-            [[nodes], [size]], device=y.device)
-        flat_edges = (stacked(edge_index, in_dims[1]) + shift).transpose(0, 1).reshape(2, -1)
-        flat_weight = None if weight is None else stacked(weight, in_dims[2]).reshape(-1)
-        out = _WeightedSum.apply(y.reshape(clients * nodes, *y.shape[2:]), flat_edges,
-                                 flat_weight, clients * size)
+        edges, flat_weight = _block_diagonal(edge_index, in_dims[1], weight, in_dims[2],
+                                             clients, nodes, size)
+        out = _WeightedSum.apply(y.reshape(clients * nodes, *y.shape[2:]), edges, flat_weight,
+                                 clients * size)
         return out.view(clients, size, *out.shape[1:]), 0
 
 
