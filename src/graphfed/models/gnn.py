@@ -21,7 +21,6 @@ from torch_geometric.nn import (
     SAGEConv,
 )
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
-from torch_geometric.utils import scatter
 
 from graphfed.models.dropout import dropout
 from graphfed.models.propagation import mean_pool, sum_pool, weighted_sum
@@ -116,10 +115,9 @@ def sgc_propagate(graph: Data, hops: int) -> Tensor:
     """SGC's features (Wu et al., ICML 2019): ``x`` smoothed ``hops`` times by the self-looped,
     symmetrically normalised adjacency, once per graph since no parameter enters."""
     edge_index, weight = gcn_norm(graph.edge_index, None, graph.num_nodes, add_self_loops=True)
-    source, target = edge_index
     x = graph.x
     for _ in range(hops):
-        x = scatter(x[source] * weight.view(-1, 1), target, 0, graph.num_nodes, "sum")
+        x = weighted_sum(x, edge_index, weight)
     return x
 
 

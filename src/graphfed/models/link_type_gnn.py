@@ -31,11 +31,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.data import Data
-from torch_geometric.utils import scatter
 
 from graphfed.models.dropout import dropout
 from graphfed.models.gnn import ModelOptions
 from graphfed.models.link_types import assign_link_types
+from graphfed.models.propagation import weighted_sum
 from graphfed.models.sparse import to_csr
 
 CHANNEL_LAYERS = ("gcn", "sage", "sgc")
@@ -53,18 +53,14 @@ class TypedEdges:
     """Every channel's edges in one graph of K × N nodes (node i of channel c is c·N + i),
     with their propagation weights, and which nodes take part in each channel (K × N)."""
 
-    source: Tensor
-    target: Tensor
+    edge_index: Tensor
     weight: Tensor
     present: Tensor
 
     def propagate(self, z: Tensor) -> Tensor:
         """Σ_j w_ji z_j within each channel, for z of shape K × N × d."""
         k, n, d = z.shape
-        flat = z.reshape(k * n, d)
-        out = scatter(flat.index_select(0, self.source) * self.weight.unsqueeze(1), self.target,
-                      0, k * n, "sum")
-        return out.view(k, n, d)
+        return weighted_sum(z.reshape(k * n, d), self.edge_index, self.weight).view(k, n, d)
 
 
 def typed_edges(edge_index: Tensor, types: Tensor, num_nodes: int, k: int, norm: str,
@@ -88,7 +84,7 @@ def typed_edges(edge_index: Tensor, types: Tensor, num_nodes: int, k: int, norm:
         weight = inverse_root[source] * inverse_root[target]
     else:
         weight = 1.0 / degree.clamp_min(1.0)[target]
-    return TypedEdges(source, target, weight, present)
+    return TypedEdges(torch.stack([source, target]), weight, present)
 
 
 class ChannelLinear(nn.Module):

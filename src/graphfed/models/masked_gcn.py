@@ -21,10 +21,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.data import Data
-from torch_geometric.utils import scatter
 
 from graphfed.models.dropout import dropout
 from graphfed.models.gnn import gcn_normalised
+from graphfed.models.propagation import weighted_sum
 from graphfed.tensors import Params
 
 MaskInit = Literal["ones", "glorot"]
@@ -83,13 +83,9 @@ class MaskedGCN(nn.Module):
 
     @staticmethod
     def _gcn(layer: MaskedWeight, x: Tensor, edge_index: Tensor, edge_weight: Tensor) -> Tensor:
-        """Â X (W ⊙ M)ᵀ + b over the prepared (normalised, self-looped) edges. The rows are
-        gathered by ``index_select``, whose backward (``index_add_``) sums in a fixed order on
-        any thread count; ``h[source]``'s backward gave different bits run to run on two."""
-        h = F.linear(x, layer.masked())
-        source, target = edge_index
-        out = scatter(h.index_select(0, source) * edge_weight.view(-1, 1), target, 0, x.shape[0],
-                      "sum")
+        """Â X (W ⊙ M)ᵀ + b over the prepared (normalised, self-looped) edges: one sparse
+        product (``weighted_sum``), which sums every row in a fixed order on any thread count."""
+        out = weighted_sum(F.linear(x, layer.masked()), edge_index, edge_weight)
         return out + layer.bias
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None,

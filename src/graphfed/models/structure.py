@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.data import Data
-from torch_geometric.nn import GCNConv, global_add_pool, global_mean_pool
+from torch_geometric.nn import GCNConv
 from torch_geometric.transforms import AddRandomWalkPE
 from torch_geometric.utils import coalesce, degree
 
@@ -31,6 +31,7 @@ from graphfed.models.gnn import (
     propagate_inputs,
     sgc_propagate,
 )
+from graphfed.models.propagation import mean_pool, sum_pool
 
 RW_STEPS = 16
 DEGREE_DIMS = 16
@@ -157,7 +158,7 @@ class DualChannelGIN(DualChannel):
         h = opts.hidden
         self.post = nn.Linear(h, h)
         self.readout = nn.Linear(h, num_classes)
-        self.pool = global_add_pool if opts.pooling == "add" else global_mean_pool
+        self.pool = sum_pool if opts.pooling == "add" else mean_pool
 
     def prepare(self, graphs: Data) -> Data:
         return self.with_encoding(graphs, graphs.clone(), graphs.x)
