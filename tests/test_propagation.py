@@ -94,10 +94,9 @@ def test_dropout_hashed_at_the_non_zeros_equals_the_dense_keyed_mask():
     clients, shape = 3, (50, 40)
     x = torch.randn(clients, *shape, generator=gen) * (
         torch.rand(clients, *shape, generator=gen) < 0.05)
+    x[:, -1, -1] = 0  # a position that holds a zero in every client: the padding's
     positions = [row.reshape(-1).nonzero().view(-1) for row in x]
     width = max(len(p) for p in positions)
-    # padded with a position that holds a zero in every client (zeroed below)
-    x[:, -1, -1] = 0
     padded = torch.stack([torch.cat([p, torch.full((width - len(p),), x[0].numel() - 1)])
                           for p in positions])
     keys = torch.tensor([11, 12, 13], dtype=torch.int32)
