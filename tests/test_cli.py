@@ -18,6 +18,22 @@ def invoke(*args):
     return runner.invoke(app, list(args))
 
 
+def console_width(monkeypatch, columns: int) -> None:
+    """Set the CLI's consoles' width. Rich fixes a console's width when it is made if COLUMNS
+    is in the environment then, and that wins over a COLUMNS given to the runner later, so a
+    check of where the output wraps sets the width itself."""
+    from graphfed.cli import common
+    for console in (common.console, common.errors):
+        monkeypatch.setattr(console, "width", columns)
+
+
+@pytest.fixture(autouse=True)
+def wide_console(monkeypatch):
+    """200 columns: a check for a long path or key in the output does not depend on where
+    the terminal running the tests would wrap it."""
+    console_width(monkeypatch, 200)
+
+
 @pytest.fixture
 def graph_only_algorithm():
     register(Algorithm("graph-only-test", FedAvgServer, FedAvgClient, FedAvgOptions,
@@ -104,7 +120,7 @@ def test_report_plots_the_global_test_where_clients_hold_no_test_split(tmp_path)
 
 
 @require("Cora")
-def test_run_report_and_partition_commands(tmp_path):
+def test_run_report_and_partition_commands(tmp_path, monkeypatch):
     result = invoke("run", "configs/quickstart.yaml", "rounds=2", "num_clients=3", "name=demo",
                     "--out", str(tmp_path), "--quiet")
     assert result.exit_code == 0, result.output
@@ -114,9 +130,9 @@ def test_run_report_and_partition_commands(tmp_path):
                     "name=demo-local-run", "algorithm=local", "--out", str(tmp_path), "--quiet")
     assert result.exit_code == 0, result.output
     plot = tmp_path / "plots" / "curves.png"  # a folder that does not exist yet
+    console_width(monkeypatch, 80)
     result = runner.invoke(app, ["report", str(tmp_path / "demo"),
-                                 str(tmp_path / "demo-local-run"), "--plot", str(plot)],
-                           env={"COLUMNS": "80"})
+                                 str(tmp_path / "demo-local-run"), "--plot", str(plot)])
     assert result.exit_code == 0, result.output
     assert "fedavg" in result.output and "local" in result.output and plot.stat().st_size > 0
     # at 80 columns both run names stay whole: wrapped in their column, not cut to 'demo…'
@@ -166,7 +182,7 @@ def test_resume_of_a_finished_run_says_it_is_finished(tmp_path):
 
 def test_config_show_lists_every_key_with_value_default_and_description():
     args = ["config", "show", "configs/quickstart.yaml", "fedavg.weighted=false"]
-    result = runner.invoke(app, args, env={"COLUMNS": "200"})
+    result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     for key in ("num_clients", "partition.split", "optimizer.lr", "fedavg.weighted",
                 "sampling.fanouts", "flower.round_timeout"):

@@ -146,7 +146,10 @@ def test_fedprox_with_mu_zero_is_fedavg(tmp_path):
 
 @require("Cora")
 def test_fedavg_gcn_on_cora_louvain_reaches_080(tmp_path):
-    config = load_config("configs/quickstart.yaml", ["eval_every=10", "checkpoint_every=0"])
+    # the mean of three seeds: one seed's final accuracy moves by about 0.01 with the dropout
+    # stream (seeds 0-2 end at 0.797, 0.819, 0.807)
+    config = load_config("configs/quickstart.yaml",
+                         ["eval_every=10", "checkpoint_every=0", "seeds=[0,1,2]"])
     _, summary = run_experiment(config, tmp_path, progress=False)
     assert summary["rounds"] == 100
     assert summary["final"]["test_acc"] >= 0.80

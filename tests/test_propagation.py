@@ -116,7 +116,7 @@ def test_dropout_hashed_at_the_non_zeros_equals_the_dense_keyed_mask():
 def test_the_matrices_kept_beside_edge_tensors_go_with_them_and_see_changes():
     import gc
 
-    from graphfed.models.propagation import _DERIVED
+    from graphfed.models.tensor_cache import DERIVED as _DERIVED
 
     y = torch.randn(4, 2, requires_grad=True)
     gc.collect()
@@ -135,7 +135,7 @@ def test_the_matrices_kept_beside_edge_tensors_go_with_them_and_see_changes():
 
 
 def test_the_batched_engines_block_diagonal_graph_is_built_once_per_layout():
-    from graphfed.models.propagation import _DERIVED
+    from graphfed.models.tensor_cache import DERIVED as _DERIVED
 
     edges = torch.tensor([[[0, 1, 2], [1, 2, 0]], [[1, 2, 2], [0, 0, 1]]])
     y = torch.randn(2, 3, 4, requires_grad=True)

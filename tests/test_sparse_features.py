@@ -13,7 +13,7 @@ from graphfed.cli import app
 from graphfed.config import load_config
 from graphfed.models import ModelOptions, build_model
 from graphfed.models.dropout import dropout
-from graphfed.models.sparse import is_csr, to_csr
+from graphfed.models.sparse import is_csr, linear, to_csr, transposed
 from tests.conftest import error_line, evaluated_after, require
 
 CORA = ["dataset=Cora", "partition=metis", "num_clients=3", "device=cpu", "model.dropout=0"]
@@ -56,6 +56,42 @@ def test_dropout_on_csr_features_drops_and_rescales_stored_values_only(cora):
     assert torch.allclose(out.values()[kept], 2 * x.values()[kept])
     assert abs(kept.float().mean().item() - 0.5) < 0.02  # 49k stored values
     assert dropout(x, 0.5, training=False) is x
+
+
+def test_the_csr_linear_of_dropped_features_gives_the_dense_product_and_gradient(cora):
+    """Dropout makes a new CSR matrix every step; its transpose (the weight gradient) comes
+    from the pattern kept for the features it was made from, with this step's values."""
+    x = to_csr(cora.graph.x[:300])
+    torch.manual_seed(2)
+    dropped = dropout(x, 0.5, training=True)
+    weight = torch.randn(16, x.size(1), requires_grad=True)
+    for features in (x, dropped):
+        out = linear(features, weight)
+        (grad,) = torch.autograd.grad(out.square().sum(), weight)
+        dense = features.to_dense()
+        want = F.linear(dense, weight)
+        torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(grad, torch.autograd.grad(want.square().sum(), weight)[0],
+                                   rtol=1e-4, atol=1e-4)
+        assert torch.equal(transposed(features).to_dense(), dense.t())
+
+
+def test_a_received_weight_s_kept_transpose_follows_its_changes_and_a_trained_one_is_not_kept():
+    x = to_csr((torch.rand(30, 20) < 0.2).float())
+    received = torch.randn(4, 20)
+    first = linear(x, received)
+    received.mul_(2)  # an in-place change bumps the version: the kept transpose is rebuilt
+    torch.testing.assert_close(linear(x, received), 2 * first)
+    # fused Adam moves a parameter in place without bumping its version; the product must
+    # still see the step (a kept transpose would not)
+    trained = torch.nn.Parameter(received.clone())
+    optimizer = torch.optim.Adam([trained], lr=0.1, fused=True)
+    before = linear(x, trained)
+    before.sum().backward()
+    optimizer.step()
+    with torch.no_grad():
+        torch.testing.assert_close(linear(x, trained), F.linear(x.to_dense(), trained))
+        assert not torch.allclose(linear(x, trained), before)
 
 
 def _close_records(got, want):

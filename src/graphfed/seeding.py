@@ -37,6 +37,21 @@ def preserved_rngs() -> Iterator[None]:
             torch.cuda.set_rng_state_all(cuda_states)
 
 
+def reseed(seed: int, rnd: int, party: int, phase: str) -> None:
+    """Seed Python's, NumPy's, torch's CPU and (when available) CUDA's generators from (run
+    seed, round, party, phase), the caller's states not kept (``seeded_call`` keeps them).
+
+    The CPU generator is seeded directly (``torch.manual_seed`` also walks every other backend,
+    lazily, at a cost per call that a round pays for every party); CUDA's generators are seeded
+    as ``torch.manual_seed`` seeds them."""
+    value = call_seed(seed, rnd, party, phase)
+    random.seed(value)
+    np.random.seed(value % 2**32)
+    torch.default_generator.manual_seed(value)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(value)
+
+
 @contextmanager
 def seeded_call(seed: int, rnd: int, party: int, phase: str) -> Iterator[None]:
     """Run one party's part of a round under RNGs seeded from (run seed, round, party, phase).
@@ -44,16 +59,9 @@ def seeded_call(seed: int, rnd: int, party: int, phase: str) -> Iterator[None]:
     A client's randomness (dropout, shuffling) then does not depend on which clients ran before
     it, and the server's (its own training, resampling) not on what ran in its process before
     the round, so every runtime, whatever order or process it runs parties in, gives the same
-    result. The caller's RNG states are restored afterwards.
-
-    The CPU generator is seeded directly (``torch.manual_seed`` also walks every other backend,
-    lazily, at a cost per call that a round pays for every party); CUDA's generators are seeded
-    as ``torch.manual_seed`` seeds them, and restored when CUDA was in use."""
-    value = call_seed(seed, rnd, party, phase)
+    result. The caller's RNG states are restored afterwards (``preserved_rngs``); a runtime
+    that calls several parties in a row may keep the caller's states once around all of them
+    and ``reseed`` before each: the same streams, one save and restore."""
     with preserved_rngs():
-        random.seed(value)
-        np.random.seed(value % 2**32)
-        torch.default_generator.manual_seed(value)
-        if torch.cuda.is_available():
-            torch.cuda.manual_seed_all(value)
+        reseed(seed, rnd, party, phase)
         yield

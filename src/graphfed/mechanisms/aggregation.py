@@ -22,12 +22,14 @@ def weighted_average(params: Sequence[Params], weights: Sequence[float]) -> Para
     """Sum of ``params`` weighted by ``weights`` normalised to 1 (FedAvg's server update)."""
     if not params:
         raise ValueError("weighted_average needs at least one parameter set")
-    w = normalised_weights(weights)
+    w = normalised_weights(weights).tolist()
     out = {}
-    for name in params[0]:
-        stacked = torch.stack([p[name] for p in params]).to(torch.float64)
-        shape = (-1,) + (1,) * (stacked.dim() - 1)
-        out[name] = (stacked * w.to(stacked.device).view(shape)).sum(0).to(params[0][name].dtype)
+    for name, first in params[0].items():
+        # summed in float64, one client after another, in place: no stacked copy of K clients
+        total = torch.zeros(first.shape, dtype=torch.float64, device=first.device)
+        for p, share in zip(params, w, strict=True):
+            total.add_(p[name], alpha=share)
+        out[name] = total.to(first.dtype)
     return out
 
 

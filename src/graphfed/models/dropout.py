@@ -4,7 +4,10 @@ The batched engine trains many clients in one vmapped pass, where the global RNG
 client masks that depend on who trains beside it. Under ``keyed(keys)`` every ``dropout`` call
 draws its mask from a counter-based hash of (the client's key, the call's salt, the element's
 index): a client's masks depend on its key alone, and are the same on every device. Outside
-that context ``dropout`` is ``F.dropout``.
+that context ``dropout`` draws from the global RNG, as ``F.dropout`` does, but compares uniform
+numbers with p instead of drawing Bernoulli variables: the same law (each element kept with
+probability 1 - p and scaled by 1 / (1 - p)), another stream, in about a third of the time on the
+CPU, where PyTorch's Bernoulli sampler costs about 10 ns an element.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from graphfed.models.sparse import is_csr, with_values
@@ -83,7 +85,7 @@ def keyed(keys: Tensor, step: int, feature_nonzeros: Tensor | None = None) -> It
 
 
 def dropout(x: Tensor, p: float, training: bool, on_features: bool = False) -> Tensor:
-    """``F.dropout``, or under ``keyed`` the same distribution from the client's key. On a
+    """``F.dropout``'s law from the global RNG, or under ``keyed`` from the client's key. On a
     sparse CSR matrix (``model.sparse_features``) only the stored values are dropped: the
     zeros a dense mask would drop stay zero, so the output has the dense dropout's law.
     ``on_features``: ``x`` is the input features, whose non-zeros ``keyed`` may know; then
@@ -94,7 +96,7 @@ def dropout(x: Tensor, p: float, training: bool, on_features: bool = False) -> T
         return with_values(x, dropout(x.values(), p, training))
     keys = _ACTIVE.get()
     if keys is None:
-        return F.dropout(x, p, training)
+        return x * (torch.rand_like(x) >= p) / (1.0 - p)
     keys.site += 1
     salt = keys.step * 1024 + keys.site
     if on_features and keys.feature_nonzeros is not None:

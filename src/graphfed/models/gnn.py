@@ -24,7 +24,7 @@ from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
 from graphfed.models.dropout import dropout
 from graphfed.models.propagation import mean_pool, sum_pool, weighted_sum
-from graphfed.models.sparse import to_csr
+from graphfed.models.sparse import FeatureLinear, linear, to_csr
 from graphfed.validation import OPTIONS
 
 ModelName = Literal["gcn", "sage", "sgc", "gat", "gin", "mlp", "mlp_sage"]
@@ -67,7 +67,7 @@ class GCNLayer(GCNConv):
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None
                 ) -> Tensor:
-        out = weighted_sum(self.lin(x), edge_index, edge_weight)
+        out = weighted_sum(linear(x, self.lin.weight, self.lin.bias), edge_index, edge_weight)
         return out if self.bias is None else out + self.bias
 
 
@@ -95,7 +95,7 @@ def message_passing_layer(name: str, d_in: int, d_out: int, opts: ModelOptions,
         mlp = nn.Sequential(nn.Linear(d_in, d_out), nn.ReLU(), nn.Linear(d_out, d_out))
         return GINLayer(mlp)
     if name == "mlp":
-        return nn.Linear(d_in, d_out)
+        return FeatureLinear(d_in, d_out)
     raise ValueError(f"no message-passing layer named {name!r}")
 
 

@@ -36,7 +36,7 @@ from graphfed.models.dropout import dropout
 from graphfed.models.gnn import ModelOptions
 from graphfed.models.link_types import assign_link_types
 from graphfed.models.propagation import weighted_sum
-from graphfed.models.sparse import to_csr
+from graphfed.models.sparse import FeatureLinear, linear, to_csr
 
 CHANNEL_LAYERS = ("gcn", "sage", "sgc")
 PROTOTYPES = "prototypes"
@@ -134,7 +134,7 @@ class LinkTypeGNN(nn.Module):
                              f"not {opts.name!r}")
         h = opts.hidden
         self.opts, self.link_types, self.self_loops = opts, link_types, self_loops
-        self.project = nn.Linear(in_dim, h)
+        self.project = FeatureLinear(in_dim, h)
         self.prototypes = nn.Parameter(torch.zeros(link_types, 2 * h), requires_grad=False)
         self.lift = ChannelLinear(link_types, h, h)
         layers = 0 if opts.name == "sgc" else opts.layers
@@ -169,4 +169,4 @@ class LinkTypeGNN(nn.Module):
 
 def node_projection(params: dict[str, Tensor], x: Tensor) -> Tensor:
     """The shared projection h = x Wᵀ + b under ``params`` (what the edge embeddings read)."""
-    return F.linear(x, params["project.weight"], params["project.bias"])
+    return linear(x, params["project.weight"], params["project.bias"])

@@ -15,30 +15,11 @@ constants (GCN's normalisation), never trained.
 from __future__ import annotations
 
 import warnings
-import weakref
-from collections.abc import Callable
 
 import torch
 from torch import Tensor
-from torch.utils.weak import WeakIdKeyDictionary
 
-# edge tensor -> what is derived from it (its CSR matrices, its block-diagonal form): a client's
-# prepared edges serve every step of every round
-_DERIVED: WeakIdKeyDictionary = WeakIdKeyDictionary()
-
-
-def _derived(edges: Tensor, weight: Tensor | None, key: tuple, build: Callable[[], object]):
-    """``build()``, kept beside ``edges`` while that tensor lives and neither it nor ``weight``
-    (the same tensor) has changed. ``build`` must not return a view of ``edges``: it would keep
-    its own key alive for ever."""
-    stamp = (edges._version, None if weight is None else weight._version)
-    held = _DERIVED.setdefault(edges, {}).get(key)
-    if held is not None and held[0] == stamp and held[1]() is weight:
-        return held[2]
-    value = build()
-    ref = (lambda: None) if weight is None else weakref.ref(weight)
-    _DERIVED[edges][key] = (stamp, ref, value)
-    return value
+from graphfed.models.tensor_cache import derived
 
 
 def _adjacency(source: Tensor, target: Tensor, weight: Tensor | None, rows: int, cols: int,
@@ -52,7 +33,7 @@ def _adjacency(source: Tensor, target: Tensor, weight: Tensor | None, rows: int,
         order = torch.argsort(target, stable=True)
         source, target, weight = source[order], target[order], weight[order]
     else:
-        source = source.clone()  # not a view of the edge tensor (see _derived)
+        source = source.clone()  # not a view of the edge tensor (see tensor_cache.derived)
     crow = torch.zeros(rows + 1, dtype=torch.long, device=target.device)
     crow[1:] = torch.bincount(target, minlength=rows).cumsum(0)
     with warnings.catch_warnings():
@@ -65,7 +46,7 @@ def _matrix(edge_index: Tensor, weight: Tensor | None, rows: int, cols: int,
             dtype: torch.dtype, transpose: bool) -> Tensor:
     """``_adjacency`` of these edges (``transpose``: every edge reversed), built once."""
     source, target = (edge_index[1], edge_index[0]) if transpose else edge_index
-    return _derived(edge_index, weight, ("csr", rows, cols, dtype, transpose),
+    return derived(edge_index, weight, ("csr", rows, cols, dtype, transpose),
                     lambda: _adjacency(source, target, weight, rows, cols, dtype))
 
 
@@ -83,7 +64,7 @@ def _block_diagonal(edge_index: Tensor, edge_dim: int | None, weight: Tensor | N
         return flat, (None if weight is None
                       else _stacked(weight, weight_dim, clients).reshape(-1).clone())
 
-    return _derived(edge_index, weight, ("block", edge_dim, weight_dim, clients, nodes, size),
+    return derived(edge_index, weight, ("block", edge_dim, weight_dim, clients, nodes, size),
                     build)
 
 
@@ -92,23 +73,35 @@ def _stacked(t: Tensor, dim: int | None, clients: int) -> Tensor:
     return t.movedim(dim, 0) if dim is not None else t.expand(clients, *t.shape)
 
 
+def _product(y: Tensor, edge_index: Tensor, weight: Tensor | None, size: int) -> Tensor:
+    return torch.sparse.mm(_matrix(edge_index, weight, size, y.size(0), y.dtype, False), y)
+
+
+def _save(ctx, y: Tensor, edge_index: Tensor, weight: Tensor | None, size: int) -> None:
+    ctx.shape = (y.size(0), size)
+    ctx.save_for_backward(edge_index, weight)
+
+
+def _backward(ctx, grad: Tensor):
+    """The gradient with respect to ``y``: the product with the transpose."""
+    edge_index, weight = ctx.saved_tensors
+    inputs, size = ctx.shape
+    transposed = _matrix(edge_index, weight, inputs, size, grad.dtype, True)
+    return torch.sparse.mm(transposed, grad), None, None, None
+
+
 class _WeightedSum(torch.autograd.Function):
+    """The product with a ``vmap`` rule, for functorch transforms (the batched engine)."""
+
     @staticmethod
     def forward(y: Tensor, edge_index: Tensor, weight: Tensor | None, size: int) -> Tensor:
-        return torch.sparse.mm(_matrix(edge_index, weight, size, y.size(0), y.dtype, False), y)
+        return _product(y, edge_index, weight, size)
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:
-        y, edge_index, weight, size = inputs
-        ctx.shape = (y.size(0), size)
-        ctx.save_for_backward(edge_index, weight)
+        _save(ctx, *inputs)
 
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        edge_index, weight = ctx.saved_tensors
-        inputs, size = ctx.shape
-        transposed = _matrix(edge_index, weight, inputs, size, grad.dtype, True)
-        return torch.sparse.mm(transposed, grad), None, None, None
+    backward = staticmethod(_backward)
 
     @staticmethod
     def vmap(info, in_dims, y, edge_index, weight, size):
@@ -123,13 +116,31 @@ class _WeightedSum(torch.autograd.Function):
         return out.view(clients, size, *out.shape[1:]), 0
 
 
+class _EagerWeightedSum(torch.autograd.Function):
+    """The same product outside transforms: a ``forward`` that takes ``ctx`` spares the
+    signature binding ``Function.apply`` does for ``setup_context`` functions (tens of
+    microseconds a call, twice per GCN layer and step)."""
+
+    @staticmethod
+    def forward(ctx, y: Tensor, edge_index: Tensor, weight: Tensor | None, size: int) -> Tensor:
+        _save(ctx, y, edge_index, weight, size)
+        return _product(y, edge_index, weight, size)
+
+    backward = staticmethod(_backward)
+
+
 def weighted_sum(y: Tensor, edge_index: Tensor, edge_weight: Tensor | None,
                  size: int | None = None) -> Tensor:
     """``out[t] = sum over edges (s, t) of edge_weight * y[s]`` (weight 1 when None), for
     ``size`` targets (default: as many as ``y`` has rows)."""
     if edge_weight is not None and edge_weight.requires_grad:
         raise ValueError("weighted_sum treats edge weights as constants; these require grad")
-    return _WeightedSum.apply(y, edge_index, edge_weight, y.size(0) if size is None else size)
+    size = y.size(0) if size is None else size
+    if torch._C._are_functorch_transforms_active():  # vmap: the batched engine
+        return _WeightedSum.apply(y, edge_index, edge_weight, size)
+    if not (torch.is_grad_enabled() and y.requires_grad):  # evaluation: no graph to record
+        return _product(y, edge_index, edge_weight, size)
+    return _EagerWeightedSum.apply(y, edge_index, edge_weight, size)
 
 
 def sum_pool(x: Tensor, batch: Tensor, num_graphs: int) -> Tensor:

@@ -22,7 +22,7 @@ class AttackingClient(Client):
     """``inner`` for every client; for those in ``attackers`` each fit reply is attacked.
 
     The random attack draws its noise from a generator seeded by the call's seed (the runtime
-    runs each client call under ``seeding.seeded_call``, whose seed ``torch.initial_seed``
+    seeds each client call with ``seeding.reseed``, whose seed ``torch.initial_seed``
     returns), not from the stream training consumed: the sequential and batched engines and
     Flower send the same noise."""
 

@@ -19,7 +19,7 @@ from graphfed.protocol import (
     move_messages,
 )
 from graphfed.runtime.base import Runtime, answer_on_client, log
-from graphfed.seeding import call_seed, seeded_call
+from graphfed.seeding import call_seed, preserved_rngs, reseed
 from graphfed.tensors import move_tensors
 from graphfed.training.batched import ClientJob, batch_refusal, train_together
 from graphfed.training.batched_eval import EvalJob, eval_refusal, evaluate_together
@@ -35,17 +35,17 @@ class SimulationRuntime(Runtime):
         self._layouts: dict = {}  # the batched engine's padded data of the last client set
         self._eval_layouts: dict = {}  # the same for the clients evaluated together
 
-    def _call(self, rnd, phase, client, message, answer):
-        with seeded_call(self.seed, rnd, client, phase):
-            return answer_on_client(answer, message, self.contexts[client])
-
     def _ask(self, rnd, phase, messages, answer):
+        """Each client's answer under its own streams (``seeding.reseed``), the caller's
+        streams kept once around them all: what a ``seeded_call`` per client gives."""
         replies, failed = {}, {}
-        for c, m in messages.items():
-            try:
-                replies[c] = self._call(rnd, phase, c, m, answer)
-            except Exception as e:  # a failing client is dropped for the round, as on a network
-                failed[c] = _dropped(rnd, c, e)
+        with preserved_rngs():
+            for c, m in messages.items():
+                reseed(self.seed, rnd, c, phase)
+                try:
+                    replies[c] = answer_on_client(answer, m, self.contexts[c])
+                except Exception as e:  # a failing client is dropped, as on a network
+                    failed[c] = _dropped(rnd, c, e)
         return replies, failed
 
     def deliver_fit(self, rnd, messages):
@@ -90,13 +90,14 @@ class SimulationRuntime(Runtime):
                                      setup.batch_size, self._layouts)
         except Exception as e:  # the batch fails as one: every client in it is dropped
             return replies, {c: _dropped(rnd, c, e) for c in clients}
-        for c, (params, stats) in zip(clients, results, strict=True):
-            try:  # under the client's own seeded call, as its fit would run
-                with seeded_call(self.seed, rnd, c, "fit"):
+        with preserved_rngs():
+            for c, (params, stats) in zip(clients, results, strict=True):
+                reseed(self.seed, rnd, c, "fit")  # the client's own streams, as its fit's
+                try:
                     replies[c] = self.client.finish_step(together[c][0], self.contexts[c],
                                                          params, stats)
-            except Exception as e:
-                failed[c] = _dropped(rnd, c, e)
+                except Exception as e:
+                    failed[c] = _dropped(rnd, c, e)
         return move_messages(replies, SERVER_DEVICE), failed
 
     def deliver_setup(self, messages):
@@ -110,8 +111,10 @@ class SimulationRuntime(Runtime):
             scored = evaluate_together(self.contexts[clients[0]].trainer,
                                        [together[c] for c in clients], self._eval_layouts)
             results = dict(zip(clients, scored, strict=True))
-        for c, m in alone.items():
-            results[c] = self._call(rnd, "evaluate", c, m, self.client.evaluate)
+        with preserved_rngs():
+            for c, m in alone.items():
+                reseed(self.seed, rnd, c, "evaluate")
+                results[c] = answer_on_client(self.client.evaluate, m, self.contexts[c])
         return results
 
     def _evaluations(self, messages):

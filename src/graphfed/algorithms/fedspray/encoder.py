@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from graphfed.algorithms.fedspray.options import ENCODER, PROXIES, FedSprayOptions
+from graphfed.models.sparse import linear
 from graphfed.protocol import TensorSpec
 from graphfed.tensors import Params
 
@@ -58,7 +59,7 @@ def initial_proxies(num_classes: int, options: FedSprayOptions) -> Tensor:
 
 
 def _linear(params: Params, layer: str, inputs: Tensor) -> Tensor:
-    return F.linear(inputs, params[f"{layer}.weight"], params[f"{layer}.bias"])
+    return linear(inputs, params[f"{layer}.weight"], params[f"{layer}.bias"])
 
 
 def embed(params: Params, x: Tensor) -> Tensor:
