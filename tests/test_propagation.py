@@ -116,18 +116,18 @@ def test_dropout_hashed_at_the_non_zeros_equals_the_dense_keyed_mask():
 def test_the_matrices_kept_beside_edge_tensors_go_with_them_and_see_changes():
     import gc
 
-    from graphfed.models.tensor_cache import DERIVED as _DERIVED
+    from graphfed.models.tensor_cache import DERIVED
 
     y = torch.randn(4, 2, requires_grad=True)
     gc.collect()
-    held = len(_DERIVED)  # other tests' edge tensors may still live in this process
+    held = len(DERIVED)  # other tests' edge tensors may still live in this process
     for _ in range(20):  # fresh edges every step, as sampled mini-batches have
         edge_index = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]])
         weighted_sum(y, edge_index, None).sum().backward()
-    assert len(_DERIVED) <= held + 1  # only the live one
+    assert len(DERIVED) <= held + 1  # only the live one
     del edge_index
     gc.collect()
-    assert len(_DERIVED) <= held
+    assert len(DERIVED) <= held
     edge_index = torch.tensor([[0, 1], [1, 0]])
     assert torch.equal(weighted_sum(y, edge_index, None)[1], y[0])
     edge_index[0, 0] = 2  # changed in place: its matrix is built again
@@ -135,12 +135,12 @@ def test_the_matrices_kept_beside_edge_tensors_go_with_them_and_see_changes():
 
 
 def test_the_batched_engines_block_diagonal_graph_is_built_once_per_layout():
-    from graphfed.models.tensor_cache import DERIVED as _DERIVED
+    from graphfed.models.tensor_cache import DERIVED
 
     edges = torch.tensor([[[0, 1, 2], [1, 2, 0]], [[1, 2, 2], [0, 0, 1]]])
     y = torch.randn(2, 3, 4, requires_grad=True)
     for _ in range(2):  # two training steps on the same padded layout
         vmap(lambda a, e: weighted_sum(a, e, None))(y, edges).sum().backward()
-    (block,) = _DERIVED[edges].values()
+    (block,) = DERIVED[edges].values()
     flat_edges = block[2][0]
-    assert sorted(k[-1] for k in _DERIVED[flat_edges]) == [False, True]  # forward, transpose
+    assert sorted(k[-1] for k in DERIVED[flat_edges]) == [False, True]  # forward, transpose

@@ -1,12 +1,12 @@
 """GCN's weighted neighbour sum as one sparse matrix product, and many clients' as one.
 
-``weighted_sum(y, source, target, weight)`` returns ``out[t] = sum_e weight_e * y[source_e]``
-over the edges into ``t`` (Kipf & Welling, ICLR 2017, Eq. 2 with the normalised weights
-computed once in ``prepare``). PyG's message passing gathers one row per edge and scatters it
-back; a CSR product reads the same numbers without materialising the per-edge rows, about three
-times faster on the CPU. Under ``torch.func.vmap`` (the batched engine) the clients' padded
-graphs become one block-diagonal CSR matrix and one product, instead of a gather and a scatter
-with per-client index tensors expanded to every feature.
+``weighted_sum(y, edge_index, edge_weight)`` returns ``out[t] = sum_e weight_e * y[source_e]``
+over the edges ``(source_e, t)`` into ``t`` (Kipf & Welling, ICLR 2017, Eq. 2 with the
+normalised weights computed once in ``prepare``). PyG's message passing gathers one row per
+edge and scatters it back; a CSR product reads the same numbers without materialising the
+per-edge rows, about three times faster on the CPU. Under ``torch.func.vmap`` (the batched engine)
+the clients' padded graphs become one block-diagonal CSR matrix and one product, instead of a
+gather and a scatter with per-client index tensors expanded to every feature.
 
 Its backward is the product with the transpose (every edge reversed); the edge weights are
 constants (GCN's normalisation), never trained.
@@ -14,11 +14,10 @@ constants (GCN's normalisation), never trained.
 
 from __future__ import annotations
 
-import warnings
-
 import torch
 from torch import Tensor
 
+from graphfed.models.sparse import csr_matrix
 from graphfed.models.tensor_cache import derived
 
 
@@ -36,10 +35,7 @@ def _adjacency(source: Tensor, target: Tensor, weight: Tensor | None, rows: int,
         source = source.clone()  # not a view of the edge tensor (see tensor_cache.derived)
     crow = torch.zeros(rows + 1, dtype=torch.long, device=target.device)
     crow[1:] = torch.bincount(target, minlength=rows).cumsum(0)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-        return torch.sparse_csr_tensor(crow, source, weight, (rows, cols),
-                                       check_invariants=False)
+    return csr_matrix(crow, source, weight, (rows, cols))
 
 
 def _matrix(edge_index: Tensor, weight: Tensor | None, rows: int, cols: int,
@@ -143,14 +139,20 @@ def weighted_sum(y: Tensor, edge_index: Tensor, edge_weight: Tensor | None,
     return _EagerWeightedSum.apply(y, edge_index, edge_weight, size)
 
 
+def _membership(x: Tensor, batch: Tensor) -> Tensor:
+    """The node -> graph edges of ``batch`` (node i belongs to graph ``batch[i]``)."""
+    return torch.stack([torch.arange(x.size(0), device=x.device), batch])
+
+
 def sum_pool(x: Tensor, batch: Tensor, num_graphs: int) -> Tensor:
     """Every graph's node rows summed (GIN's readout, Xu et al., ICLR 2019, Eq. 4.2): a
     weighted sum along node -> graph edges."""
-    nodes = torch.arange(x.size(0), device=x.device)
-    return weighted_sum(x, torch.stack([nodes, batch]), None, num_graphs)
+    return weighted_sum(x, _membership(x, batch), None, num_graphs)
 
 
 def mean_pool(x: Tensor, batch: Tensor, num_graphs: int) -> Tensor:
-    """Every graph's node rows averaged (an empty graph's row stays zero)."""
-    counts = sum_pool(torch.ones_like(x[:, :1]), batch, num_graphs)
-    return sum_pool(x, batch, num_graphs) / counts.clamp(min=1)
+    """Every graph's node rows averaged (an empty graph's row stays zero); the sums and the
+    counts share one membership matrix."""
+    edges = _membership(x, batch)
+    counts = weighted_sum(torch.ones_like(x[:, :1]), edges, None, num_graphs)
+    return weighted_sum(x, edges, None, num_graphs) / counts.clamp(min=1)

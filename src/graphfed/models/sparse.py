@@ -22,7 +22,7 @@ from graphfed.models.tensor_cache import derived
 _PATTERN_OF: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
 
-def _csr(crow: Tensor, col: Tensor, values: Tensor, size: tuple[int, int]) -> Tensor:
+def csr_matrix(crow: Tensor, col: Tensor, values: Tensor, size: tuple[int, int]) -> Tensor:
     """A CSR matrix from a pattern known valid, without PyTorch's "beta" notice."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
@@ -42,7 +42,7 @@ def is_csr(x: Tensor) -> bool:
 
 def with_values(x: Tensor, values: Tensor) -> Tensor:
     """The CSR matrix ``x`` with its stored values replaced (its pattern is known valid)."""
-    out = _csr(x.crow_indices(), x.col_indices(), values, tuple(x.shape))
+    out = csr_matrix(x.crow_indices(), x.col_indices(), values, tuple(x.shape))
     _PATTERN_OF[out] = _PATTERN_OF.get(x, x)
     return out
 
@@ -63,7 +63,7 @@ def transposed(x: Tensor) -> Tensor:
     pattern = _PATTERN_OF.get(x, x)
     t_crow, t_col, order = derived(pattern, None, ("transposed",),
                                    lambda: _transposed_pattern(pattern))
-    return _csr(t_crow, t_col, x.values()[order], (x.size(1), x.size(0)))
+    return csr_matrix(t_crow, t_col, x.values()[order], (x.size(1), x.size(0)))
 
 
 def _product(x: Tensor, weight: Tensor) -> Tensor:
