@@ -29,6 +29,10 @@ CASES = {
     "fedavg-gcn-cora-louvain10": [
         "dataset=Cora", "algorithm=fedavg", "model=gcn", "model.hidden=64", "model.layers=2",
         "partition=louvain", "num_clients=10", "local_epochs=1"],
+    # the same on CSR features (model.sparse_features, as configs/quickstart.yaml takes them)
+    "fedavg-gcn-cora-louvain10-csr": [
+        "dataset=Cora", "algorithm=fedavg", "model=gcn", "model.hidden=64", "model.layers=2",
+        "partition=louvain", "num_clients=10", "local_epochs=1", "model.sparse_features=true"],
     "fedavg-gin-proteins10": [
         "dataset=PROTEINS", "algorithm=fedavg", "model=gin", "model.hidden=64", "model.layers=3",
         "partition=dirichlet", "num_clients=10", "local_epochs=1", "batch_size=128",

@@ -4,14 +4,25 @@ trains alone."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from graphfed.config import OptimizerOptions, load_config
 from graphfed.experiment import build_federation
 from graphfed.models.dropout import keyed_keep
 from graphfed.seeding import call_seed
-from graphfed.training.batched import ClientJob, batch_refusal, train_together
+from graphfed.training import batched
+from graphfed.training.batched import (
+    ClientJob,
+    batch_refusal,
+    size_groups,
+    step_size,
+    train_together,
+)
 from graphfed.training.stacked_optim import StackedOptimizer
 from graphfed.training.step import LocalStep
 from graphfed.training.trainer import Trainer
@@ -24,6 +35,9 @@ CASES = {
     "fedprox-node-mini-batch": [*NODE, "algorithm=fedprox", "fedprox.mu=0.5",
                                 "batch_size=128"],
     "local-node-full-batch": [*NODE, "algorithm=local"],
+    # CSR features: one block-diagonal sparse product for the clients' first layers
+    "scaffold-node-sparse-mini-batch": [*NODE, "algorithm=scaffold", "batch_size=128",
+                                        "model.sparse_features=true"],
     "fedavg-graph-full-batch": [*GRAPH, "algorithm=fedavg"],
     "fedprox-graph-mini-batch-sgd": [*GRAPH, "algorithm=fedprox", "batch_size=16",
                                      "optimizer.name=sgd", "optimizer.momentum=0.9"],
@@ -100,6 +114,45 @@ def test_a_clients_dropout_does_not_depend_on_who_trains_beside_it(overrides):
     assert all(torch.equal(again[n], first[n]) for n in again)
 
 
+@require("Cora")
+def test_clients_on_sparse_features_train_as_on_dense_ones_dropout_included():
+    """The keyed masks of CSR features are the dense ones', so only summation order differs."""
+    dense = train_together(*_jobs(NODE, [0, 3, 1]), 2, None)
+    sparse = train_together(*_jobs([*NODE, "model.sparse_features=true"], [0, 3, 1]), 2, None)
+    for (want, want_stats), (got, got_stats) in zip(dense, sparse, strict=True):
+        for name, value in want.items():
+            torch.testing.assert_close(got[name], value, rtol=1e-4, atol=1e-5)
+        assert got_stats.loss == pytest.approx(want_stats.loss, abs=1e-5)
+
+
+@given(st.lists(st.floats(0, 1e6), max_size=40))
+def test_size_groups_cover_every_client_once_within_twice_their_smallest(sizes):
+    groups = size_groups(sizes)
+    assert sorted(k for g in groups for k in g) == list(range(len(sizes)))
+    for group in groups:
+        assert max(sizes[k] for k in group) <= 2 * min(sizes[k] for k in group)
+    # largest first, and a group takes every client down to half its largest
+    tops = [sizes[g[0]] for g in groups]
+    assert tops == sorted(tops, reverse=True)
+    for first, second in itertools.pairwise(groups):
+        assert sizes[second[0]] * 2 < sizes[first[0]]
+
+
+@require("MUTAG")
+def test_clients_of_very_different_sizes_train_in_separate_stacks(monkeypatch):
+    trainer, jobs = _jobs(GRAPH, [0, 1, 2, 3])
+    sizes = [step_size(j.data, None) for j in jobs]
+    groups = size_groups(sizes)
+    # MUTAG's Dirichlet clients differ enough (fedavg-graph-full-batch above trains them so)
+    assert len(groups) > 1, sizes
+    stacked = []
+    monkeypatch.setattr(batched, "_train_group", lambda trainer, group, *a: stacked.append(
+        [id(j) for j in group]) or [(j.step.params, None) for j in group])
+    results = train_together(trainer, jobs, 1, None)
+    assert stacked == [[id(jobs[k]) for k in g] for g in groups]
+    assert all(r[0] is j.step.params for r, j in zip(results, jobs, strict=True))
+
+
 def test_keyed_masks_keep_the_rate_and_differ_between_keys_and_calls():
     shape = torch.Size([400, 250])
     one = keyed_keep(torch.tensor(7, dtype=torch.int32), 1, shape, 0.3)
@@ -118,9 +171,10 @@ def test_keyed_masks_keep_the_rate_and_differ_between_keys_and_calls():
 def test_a_stacked_step_is_each_clients_own_torch_step_and_a_masked_client_waits(options):
     gen = torch.Generator().manual_seed(0)
     start = torch.randn(3, 4, 5, generator=gen)
-    grads = torch.randn(6, 3, 4, 5, generator=gen)
-    active = torch.tensor([[1, 1, 1], [1, 0, 1], [0, 0, 1], [1, 1, 0], [1, 1, 1], [0, 1, 1]],
-                          dtype=torch.bool)
+    grads = torch.randn(8, 3, 4, 5, generator=gen)
+    # None: every client steps (Adam's fused kernel while no client has missed a step)
+    active = [None, None, *torch.tensor([[1, 1, 1], [1, 0, 1], [0, 0, 1], [1, 1, 0],
+                                         [1, 1, 1], [0, 1, 1]], dtype=torch.bool)]
     stacked = {"w": start.clone().requires_grad_(True)}
     optimizer = StackedOptimizer(options, stacked, 3)
     for grad, on in zip(grads, active, strict=True):
@@ -130,7 +184,7 @@ def test_a_stacked_step_is_each_clients_own_torch_step_and_a_masked_client_waits
         w = start[k].clone().requires_grad_(True)
         alone = Trainer(torch.nn.Linear(1, 1), options, 2).make_optimizer([w])
         for grad, on in zip(grads, active, strict=True):
-            if on[k]:
+            if on is None or on[k]:
                 w.grad = grad[k].clone()
                 alone.step()
         assert torch.allclose(stacked["w"][k], w, atol=1e-6), k
@@ -157,7 +211,8 @@ GRAPH_GLOBAL = [*GRAPH, "partition.global_test=0.2", "client_global_eval=true",
 # model (their graphs joined into one)
 EVAL_CASES = {f"{algorithm}-{level}": [*base, f"algorithm={algorithm}"]
               for algorithm in ("local", "fedavg")
-              for level, base in (("node", NODE_GLOBAL), ("graph", GRAPH_GLOBAL))}
+              for level, base in (("node", NODE_GLOBAL), ("graph", GRAPH_GLOBAL),
+                                  ("node-sparse", [*NODE_GLOBAL, "model.sparse_features=true"]))}
 
 
 @pytest.mark.parametrize("case", [

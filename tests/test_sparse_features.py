@@ -7,13 +7,16 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import Tensor
+from torch.func import vmap
 from typer.testing import CliRunner
 
 from graphfed.cli import app
 from graphfed.config import load_config
 from graphfed.models import ModelOptions, build_model
-from graphfed.models.dropout import dropout
-from graphfed.models.sparse import is_csr, linear, to_csr, transposed
+from graphfed.models import sparse as sparse_module
+from graphfed.models.dropout import dropout, keyed
+from graphfed.models.sparse import PaddedCsr, is_csr, linear, to_csr, transposed
 from tests.conftest import error_line, evaluated_after, require
 
 CORA = ["dataset=Cora", "partition=metis", "num_clients=3", "device=cpu", "model.dropout=0"]
@@ -94,6 +97,59 @@ def test_a_received_weight_s_kept_transpose_follows_its_changes_and_a_trained_on
         assert not torch.allclose(linear(x, trained), before)
 
 
+def _padded_clients(cora) -> tuple[list[Tensor], PaddedCsr, Tensor]:
+    """Three clients' CSR features (120, 80, 150 nodes), their ``PaddedCsr`` and the
+    zero-padded dense features ``[3, 151, d]`` the batched engine would otherwise stack."""
+    rows = [cora.graph.x[:120], cora.graph.x[300:380], cora.graph.x[500:650]]
+    padded = torch.stack([F.pad(r, (0, 0, 0, 151 - len(r))) for r in rows])
+    return [to_csr(r) for r in rows], PaddedCsr.stack([to_csr(r) for r in rows], 151), padded
+
+
+def test_padded_csr_features_give_each_client_its_dense_product_and_gradient(cora, monkeypatch):
+    """Under vmap each client multiplies its own features by its own weight (one block-diagonal
+    sparse product), or all share one matrix; the block pattern is built once."""
+    matrices, padded, dense = _padded_clients(cora)
+    builds = []
+    block_positions = sparse_module._block_positions
+    monkeypatch.setattr(sparse_module, "_block_positions",
+                        lambda *a: builds.append(1) or block_positions(*a))
+    weight = torch.randn(3, 16, dense.size(2), requires_grad=True)
+    bias = torch.randn(3, 16)
+    want = torch.baddbmm(bias.unsqueeze(1), dense, weight.transpose(1, 2))
+    (want_grad,) = torch.autograd.grad(want.square().sum(), weight)
+    for _ in range(2):
+        out = vmap(linear)(padded, weight, bias)
+        torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-5)
+        (grad,) = torch.autograd.grad(out.square().sum(), weight)
+        torch.testing.assert_close(grad, want_grad, rtol=1e-4, atol=1e-4)
+    assert len(builds) == 1
+    shared = vmap(linear, in_dims=(None, 0))(PaddedCsr.of(matrices[0]), weight)
+    torch.testing.assert_close(shared, torch.matmul(matrices[0].to_dense(),
+                                                    weight.transpose(1, 2)),
+                               rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(linear(PaddedCsr.of(matrices[1]), weight[0]),
+                               F.linear(matrices[1].to_dense(), weight[0]))
+
+
+def test_keyed_dropout_on_padded_csr_features_draws_the_dense_keyed_mask(cora):
+    _, padded, dense = _padded_clients(cora)
+    keys = torch.tensor([3, 9, 27], dtype=torch.int32)
+
+    def drop(key, x):
+        with keyed(key, 5):
+            return dropout(x, 0.5, True, on_features=True)
+
+    got, want = vmap(drop)(keys, padded), vmap(drop)(keys, dense)
+    assert torch.equal(got.positions, padded.positions)
+    for k in range(3):
+        stored = padded.positions[k] >= 0
+        scattered = torch.zeros(dense[k].numel()).index_put_(
+            (padded.positions[k][stored],), got.values[k][stored])
+        assert torch.equal(scattered.view_as(dense[k]), want[k])
+    kept = (got.values != 0).sum().item() / (padded.positions >= 0).sum().item()
+    assert kept == pytest.approx(0.5, abs=0.03)
+
+
 def _close_records(got, want):
     assert len(got) == len(want)
     for a, b in zip(got, want, strict=True):
@@ -128,7 +184,7 @@ def test_a_federation_on_sparse_features_matches_the_dense_one(algorithm):
     (["dataset=PROTEINS", "algorithm=fedavg"], "node-level"),
     (["algorithm=fedstar"], "reads dense features"),
     (["sampling.fanouts=[5,5]", "model.name=gat"], "sampling.fanouts"),
-    (["engine=batched"], "engine=sequential"),
+    (["engine=batched", "model.name=gat"], "engine=batched"),
 ])
 def test_what_the_sparse_path_cannot_serve_is_refused_in_one_line(overrides, named):
     result = CliRunner().invoke(app, ["run", "dataset=Cora", "model.sparse_features=true",
@@ -140,7 +196,8 @@ def test_what_the_sparse_path_cannot_serve_is_refused_in_one_line(overrides, nam
 @pytest.mark.parametrize("overrides, resolved", [
     (["algorithm=fedavg"], True), (["algorithm=fedspray"], True), (["algorithm=fedlit"], True),
     (["algorithm=fedstar"], False), (["model.name=sage"], False),
-    (["engine=batched"], False), (["dataset=PROTEINS"], False),
+    (["engine=batched"], True), (["engine=batched", "model.name=gat"], False),
+    (["dataset=PROTEINS"], False),
 ])
 def test_auto_takes_sparse_features_wherever_the_run_allows_them(overrides, resolved):
     config = load_config(None, ["dataset=Cora", "model.sparse_features=auto", *overrides])

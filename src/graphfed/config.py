@@ -234,8 +234,8 @@ class ExperimentConfig(BaseModel):
                     f"algorithms that take sparse ones: {', '.join(able)}")
         if self.sampling.fanouts:
             return "trains on the whole client graph; drop sampling.fanouts"
-        if self.engine != "sequential":
-            return "needs engine=sequential (the batched engine stacks dense features)"
+        if self.engine != "sequential" and self.model.name == "gat":
+            return "with engine=batched serves gcn and mlp only, not gat"
         return None
 
     @property

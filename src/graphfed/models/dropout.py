@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from graphfed.models.sparse import is_csr, with_values
+from graphfed.models.sparse import PaddedCsr, is_csr, with_values
 
 MASK32 = 0xFFFFFFFF
 
@@ -84,24 +84,37 @@ def keyed(keys: Tensor, step: int, feature_nonzeros: Tensor | None = None) -> It
         _ACTIVE.reset(token)
 
 
-def dropout(x: Tensor, p: float, training: bool, on_features: bool = False) -> Tensor:
-    """``F.dropout``'s law from the global RNG, or under ``keyed`` from the client's key. On a
-    sparse CSR matrix (``model.sparse_features``) only the stored values are dropped: the
-    zeros a dense mask would drop stay zero, so the output has the dense dropout's law.
-    ``on_features``: ``x`` is the input features, whose non-zeros ``keyed`` may know; then
-    only they are hashed, and the result equals the dense keyed mask's bit for bit."""
+def dropout(x: Tensor | PaddedCsr, p: float, training: bool, on_features: bool = False
+            ) -> Tensor | PaddedCsr:
+    """``F.dropout``'s law from the global RNG, or under ``keyed`` from the client's key. On
+    sparse features (a CSR matrix, ``model.sparse_features``, or the batched engine's
+    ``PaddedCsr``) only the stored values are dropped: the zeros a dense mask would drop stay
+    zero, so the output has the dense dropout's law; under ``keyed`` a ``PaddedCsr``'s values
+    are hashed at their dense positions, so its mask is the dense keyed mask's bit for bit.
+    ``on_features``: dense ``x`` is the input features, whose non-zeros ``keyed`` may know;
+    then only they are hashed, with the same result."""
     if not training or p == 0.0:
         return x
+    keys = _ACTIVE.get()
+    if isinstance(x, PaddedCsr):
+        if keys is None:
+            return x.with_values(dropout(x.values, p, training))
+        return x.with_values(x.values * _keep_at(keys.keys, _next_salt(keys),
+                                                 x.positions.to(torch.int32), p) / (1.0 - p))
     if is_csr(x):
         return with_values(x, dropout(x.values(), p, training))
-    keys = _ACTIVE.get()
     if keys is None:
         return x * (torch.rand_like(x) >= p) / (1.0 - p)
-    keys.site += 1
-    salt = keys.step * 1024 + keys.site
+    salt = _next_salt(keys)
     if on_features and keys.feature_nonzeros is not None:
         return _dropout_at(x, keys.keys, salt, keys.feature_nonzeros, p)
     return x * keyed_keep(keys.keys, salt, x.shape, p) / (1.0 - p)
+
+
+def _next_salt(keys: _Keys) -> int:
+    """The salt of this step's next dropout call: calls draw independent masks."""
+    keys.site += 1
+    return keys.step * 1024 + keys.site
 
 
 def _dropout_at(x: Tensor, key: Tensor, salt: int, positions: Tensor, p: float) -> Tensor:

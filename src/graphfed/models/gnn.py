@@ -50,8 +50,8 @@ class ModelOptions(BaseModel):
         False, description="keep node features as a sparse CSR matrix and multiply it "
         "sparsely in the first layer: the same model (up to float summation order), many "
         "times faster on bag-of-words features (Coauthor-Physics: 0.4% non-zeros); node level, "
-        "gcn, gat or mlp, full-graph training, the sequential engine; auto: wherever the run "
-        "allows it")
+        "gcn, gat or mlp (the batched engine: gcn or mlp), full-graph training; auto: wherever "
+        "the run allows it")
 
 
 # the node models whose first operation on the features is a linear map (a sparse product)

@@ -5,14 +5,21 @@ fraction of the dense one, with the same result up to float summation order.
 The first layer's weight gradient is ``grad^T x``. PyTorch's own backward of ``F.linear`` on a
 CSR input transposes ``x`` (a sort of its non-zeros) at every step; ``linear`` keeps the
 transposed pattern of a client's features once and only permutes the (dropped-out) values.
+
+The batched engine's ``vmap`` cannot map over a CSR matrix. There the clients' features are a
+``PaddedCsr``: each client's stored values and their positions, padded to the longest client,
+which ``vmap`` maps over like any tensor; the first layer's product is one block-diagonal sparse
+product for all clients, as the neighbour sum is (``propagation``).
 """
 
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+import torch.utils._pytree as pytree
 from torch import Tensor, nn
 from torch.utils.weak import WeakIdKeyDictionary
 
@@ -78,6 +85,11 @@ def _product(x: Tensor, weight: Tensor) -> Tensor:
                                       lambda: weight.t().contiguous()))
 
 
+def _weight_gradient(x: Tensor, grad: Tensor) -> Tensor:
+    """The gradient of ``x W^T`` with respect to ``W``: ``(x^T grad)^T``."""
+    return torch.sparse.mm(transposed(x), grad).t()
+
+
 class _CsrLinear(torch.autograd.Function):
     """``x W^T`` for constant CSR features ``x``; the gradient is ``W``'s alone."""
 
@@ -88,11 +100,145 @@ class _CsrLinear(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        return None, torch.sparse.mm(transposed(ctx.x), grad).t()
+        return None, _weight_gradient(ctx.x, grad)
 
 
-def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """``F.linear``, for CSR features too (their gradient never asked for)."""
+@dataclass
+class PaddedCsr:
+    """Sparse features ``vmap`` can map over: a client's stored values and their flat positions
+    (``row * cols + col``) in its ``shape`` feature matrix, in row-major order, padded with
+    value 0 at position -1. Stacked (``stack``), the tensors have a leading client dimension
+    and each client under ``vmap`` sees its own. The positions are the dense matrix's element
+    indices, so a keyed dropout hashing them draws the dense keyed mask's bits."""
+
+    values: Tensor
+    positions: Tensor
+    shape: tuple[int, int]
+
+    @staticmethod
+    def of(x: Tensor) -> PaddedCsr:
+        """The CSR matrix ``x`` (no padding), built once per matrix."""
+        return derived(x, None, ("padded",), lambda: PaddedCsr(
+            x.values().clone(), _flat_positions(x), tuple(x.shape)))
+
+    @staticmethod
+    def stack(matrices: list[Tensor], rows: int) -> PaddedCsr:
+        """CSR matrices (one per client, at most ``rows`` rows, one column count) stacked
+        ``[K, longest]``, each read as a ``rows``-row matrix."""
+        width = max(1, max(m.values().numel() for m in matrices))
+        values = matrices[0].values().new_zeros(len(matrices), width)
+        positions = torch.full((len(matrices), width), -1, dtype=torch.long,
+                               device=values.device)
+        cols = matrices[0].size(1)
+        for k, m in enumerate(matrices):
+            values[k, :m.values().numel()] = m.values()
+            positions[k, :m.values().numel()] = _flat_positions(m)
+        return PaddedCsr(values, positions, (rows, cols))
+
+    def with_values(self, values: Tensor) -> PaddedCsr:
+        return PaddedCsr(values, self.positions, self.shape)
+
+    def matrix(self) -> Tensor:
+        """The CSR matrix these (unstacked) values and positions describe."""
+        base, stored = derived(self.positions, None, ("csr", self.shape),
+                               lambda: _pattern(self.positions, self.shape))
+        return with_values(base, self.values[stored])
+
+
+pytree.register_pytree_node(
+    PaddedCsr, lambda x: ([x.values, x.positions], x.shape),
+    lambda children, shape: PaddedCsr(children[0], children[1], shape))
+
+
+def join_rows(matrices: list[Tensor]) -> Tensor:
+    """CSR matrices with one column count as one, each one's rows under the previous one's."""
+    stored = torch.tensor([0] + [m.values().numel() for m in matrices]).cumsum(0).tolist()
+    crow = torch.cat([m.crow_indices()[:-1] + start for m, start in
+                      zip(matrices, stored, strict=False)]
+                     + [matrices[0].crow_indices().new_tensor([stored[-1]])])
+    return csr_matrix(crow, torch.cat([m.col_indices() for m in matrices]),
+                      torch.cat([m.values() for m in matrices]),
+                      (sum(m.size(0) for m in matrices), matrices[0].size(1)))
+
+
+def _flat_positions(x: Tensor) -> Tensor:
+    """The CSR matrix ``x``'s stored elements' row-major indices ``row * cols + col``."""
+    crow = x.crow_indices()
+    rows = torch.repeat_interleave(torch.arange(x.size(0), device=crow.device), crow.diff())
+    return rows * x.size(1) + x.col_indices()
+
+
+def _pattern(positions: Tensor, shape: tuple[int, int]) -> tuple[Tensor, Tensor]:
+    """A CSR matrix with the pattern of the stored ``positions`` (ascending, -1 for padding),
+    and which positions are stored."""
+    stored = torch.nonzero(positions >= 0).view(-1)
+    flat = positions[stored]
+    rows, cols = shape
+    crow = torch.zeros(rows + 1, dtype=torch.long, device=flat.device)
+    crow[1:] = torch.bincount(flat // cols, minlength=rows).cumsum(0)
+    ones = torch.ones(flat.numel(), device=flat.device)
+    return csr_matrix(crow, flat % cols, ones, shape), stored
+
+
+def _block_positions(positions: Tensor, clients: int, shape: tuple[int, int]) -> Tensor:
+    """``[K, L]`` positions of K ``shape`` matrices as positions in their block-diagonal
+    ``[K * rows, K * cols]`` matrix, row-major; padding stays -1."""
+    rows, cols = shape
+    k = torch.arange(clients, device=positions.device).view(clients, 1)
+    block = (k * rows + positions // cols) * (clients * cols) + k * cols + positions % cols
+    return torch.where(positions >= 0, block, -1).reshape(-1)
+
+
+class _PaddedProduct(torch.autograd.Function):
+    """``x W^T`` for ``PaddedCsr`` features; under ``vmap`` the clients' matrices become one
+    block-diagonal matrix and their weights one stacked ``[h, K * cols]`` weight."""
+
+    @staticmethod
+    def forward(values: Tensor, positions: Tensor, weight: Tensor, shape: tuple[int, int]
+                ) -> Tensor:
+        return _product(PaddedCsr(values, positions, shape).matrix(), weight)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        values, positions, _, ctx.shape = inputs
+        ctx.save_for_backward(values, positions)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        values, positions = ctx.saved_tensors
+        x = PaddedCsr(values, positions, ctx.shape).matrix()
+        return None, None, _weight_gradient(x, grad), None
+
+    @staticmethod
+    def vmap(info, in_dims, values, positions, weight, shape):
+        clients, source = info.batch_size, positions
+        values, positions, weight = (_client_first(t, d, clients) for t, d in
+                                     zip((values, positions, weight), in_dims[:3], strict=True))
+        block = derived(source, None, ("block", clients, shape, in_dims[1]),
+                        lambda: _block_positions(positions, clients, shape))
+        rows, cols = shape
+        # W_k^T stacked [K * cols, h], passed as its transpose: the product reads it row-major
+        stacked = weight.transpose(1, 2).reshape(clients * cols, -1)
+        out = _PaddedProduct.apply(values.reshape(-1), block, stacked.t(),
+                                   (clients * rows, clients * cols))
+        return out.view(clients, rows, -1), 0
+
+
+def _client_first(t: Tensor, dim: int | None, clients: int) -> Tensor:
+    """``t`` with its client dimension first (the same tensor when it is; broadcast to every
+    client when it has none)."""
+    if dim is None:
+        return t.expand(clients, *t.shape)
+    return t if dim == 0 else t.movedim(dim, 0)
+
+
+def linear(x: Tensor | PaddedCsr, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``F.linear``, for CSR and ``PaddedCsr`` features too (their gradient never asked for)."""
+    if isinstance(x, PaddedCsr):
+        if x.values.requires_grad:
+            raise ValueError("sparse features are constants; these require grad")
+        out = _PaddedProduct.apply(x.values, x.positions, weight, x.shape)
+        return out if bias is None else out + bias
     if not is_csr(x):
         return F.linear(x, weight, bias)
     if x.requires_grad:

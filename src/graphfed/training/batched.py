@@ -23,6 +23,7 @@ from torch import Tensor
 from torch.func import functional_call, vmap
 
 from graphfed.models.dropout import keyed
+from graphfed.models.sparse import PaddedCsr, is_csr
 from graphfed.tensors import Params
 from graphfed.training.batches import GraphBatch, NodeBatch, PreparedClient, PreparedNodeClient
 from graphfed.training.stacked_optim import StackedOptimizer
@@ -63,14 +64,17 @@ def _padded(rows: list[Tensor], length: int, fill: float | int = 0) -> Tensor:
 
 
 class NodeLayout:
-    """The clients' whole graphs padded once: ``[K, N + 1, d]`` features, where node N is the
-    dummy that padding edges (weight 0) point at. Built once per set of clients and reused
-    across rounds (``train_together``'s ``cache``)."""
+    """The clients' whole graphs padded once: ``[K, N + 1, d]`` features (``PaddedCsr`` where
+    the clients keep CSR features), where node N is the dummy that padding edges (weight 0)
+    point at. Built once per set of clients and reused across rounds (``train_together``'s
+    ``cache``)."""
 
     def __init__(self, clients: list[PreparedNodeClient]):
         nodes = max(len(c.y) for c in clients)
         self.dummy = nodes
-        self.x = _padded([c.x for c in clients], nodes + 1)
+        features = [c.x for c in clients]
+        self.x = (PaddedCsr.stack(features, nodes + 1) if is_csr(features[0])
+                  else _padded(features, nodes + 1))
         self.y = _padded([c.y for c in clients], nodes + 1)
         self.edge_index = _padded([c.edge_index.t() for c in clients],
                                   max(c.edge_index.size(1) for c in clients), nodes
@@ -79,7 +83,8 @@ class NodeLayout:
         self.edge_weight = (None if weights[0] is None
                             else _padded(weights, self.edge_index.size(2)))
         self.whole = self._targets([c.index["train"] for c in clients])  # full-batch steps
-        self.feature_nonzeros = _sparse_positions(self.x, self.dummy)
+        self.feature_nonzeros = (None if isinstance(self.x, PaddedCsr)
+                                 else _sparse_positions(self.x, self.dummy))
 
     def inputs(self) -> tuple:
         return self.x, self.edge_index, self.edge_weight
@@ -136,13 +141,55 @@ def graph_inputs(batches: list[GraphBatch | None], device: torch.device, feat_di
     return (x, edge_index, batch, graphs + 1, edge_weight), y, mask
 
 
+def step_size(data: PreparedClient, batch_size: int | None) -> float:
+    """The nodes a client brings to one padded step: its whole graph (node level), or about
+    one mini-batch's share of its training graphs' nodes (graph level)."""
+    if isinstance(data, PreparedNodeClient):
+        return float(len(data.y))
+    graphs = data.splits["train"]
+    if graphs.num_graphs == 0:
+        return 0.0
+    share = 1.0 if batch_size is None else min(1.0, batch_size / graphs.num_graphs)
+    return len(graphs.x) * share
+
+
+def size_groups(sizes: list[float], spread: float = 2.0) -> list[list[int]]:
+    """Positions of ``sizes`` in groups whose largest is at most ``spread`` times their
+    smallest, largest first: padded to its own largest member, no group pads a client to more
+    than ``spread`` times its size (one client of 6,224 nodes beside nine of 300-2,300 would
+    otherwise pad them all to its size)."""
+    groups: list[list[int]] = []
+    for k in sorted(range(len(sizes)), key=lambda k: -sizes[k]):
+        if groups and sizes[k] * spread >= sizes[groups[-1][0]]:
+            groups[-1].append(k)
+        else:
+            groups.append([k])
+    return groups
+
+
 def train_together(trainer: Trainer, jobs: list[ClientJob], epochs: int,
                    batch_size: int | None, cache: dict | None = None
                    ) -> list[tuple[Params, TrainStats]]:
-    """Each job's ``LocalStep`` for ``epochs``, all clients in one stacked pass per step; per
-    client the trained parameters (views of one stack) and its ``TrainStats``, as
-    ``Trainer.train`` returns them. ``cache`` keeps the padded node layout of a set of clients
-    between calls."""
+    """Each job's ``LocalStep`` for ``epochs``, as ``Trainer.train`` returns it (the trained
+    parameters, views of one stack, and ``TrainStats``). Clients of similar size train in
+    one stacked pass per step (``size_groups``); a client's result does not depend on who
+    trains beside it. ``cache`` keeps each group's padded node layout between calls."""
+    groups = size_groups([step_size(j.data, batch_size) for j in jobs])
+    if cache is not None:
+        for stale in [g for g in cache if not isinstance(g, int) or g >= len(groups)]:
+            del cache[stale]
+    results: list = [None] * len(jobs)
+    for g, members in enumerate(groups):
+        trained = _train_group(trainer, [jobs[k] for k in members], epochs, batch_size,
+                               None if cache is None else cache.setdefault(g, {}))
+        for k, result in zip(members, trained, strict=True):
+            results[k] = result
+    return results
+
+
+def _train_group(trainer: Trainer, jobs: list[ClientJob], epochs: int,
+                 batch_size: int | None, cache: dict | None) -> list[tuple[Params, TrainStats]]:
+    """``train_together`` for one group: all its clients in one stacked pass per step."""
     model, device, clients = trainer.model, trainer.device, len(jobs)
     live = {name: torch.stack([j.step.params[name] for j in jobs]).requires_grad_(True)
             for name in jobs[0].step.params}
@@ -159,7 +206,6 @@ def train_together(trainer: Trainer, jobs: list[ClientJob], epochs: int,
     total = torch.zeros(clients, device=device)
     samples = torch.zeros(clients, dtype=torch.long, device=device)
     steps = torch.zeros(clients, dtype=torch.long, device=device)
-    everyone = torch.ones(clients, dtype=torch.bool, device=device)
     model.train()
     step = 0
     for _ in range(epochs):
@@ -170,7 +216,7 @@ def train_together(trainer: Trainer, jobs: list[ClientJob], epochs: int,
             chosen = [next(batches, None) for batches in epoch]
             if all(b is None for b in chosen):
                 break
-            active = everyone if all(b is not None for b in chosen) else torch.tensor(
+            active = None if all(b is not None for b in chosen) else torch.tensor(
                 [b is not None for b in chosen], device=device)
             if layout is not None:
                 inputs = layout.inputs()
@@ -195,13 +241,13 @@ def train_together(trainer: Trainer, jobs: list[ClientJob], epochs: int,
                 objective = objective + proximal_penalty(mu, live, anchor, clients=True)
             if offset is not None:
                 objective = objective + linear_penalty(offset, live, clients=True)
-            (objective * active).sum().backward()
+            (objective if active is None else objective * active).sum().backward()
             optimizer.step(active)
             for p in live.values():
                 p.grad = None
             total += loss.detach() * counts
             samples += counts
-            steps += active
+            steps += 1 if active is None else active
             step += 1
     trained = {n: v.detach() for n, v in live.items()}
     total_l, samples_l, steps_l = total.tolist(), samples.tolist(), steps.tolist()
@@ -244,7 +290,8 @@ def stacked_forward(model, live: Params, keys: Tensor | None, step: int, inputs:
     ``batched_inputs`` false, all on the same inputs), dropout keyed by its own seed (``keys``
     None: no keyed draws, as in evaluation) and, given ``feature_nonzeros``, on its features'
     non-zeros only (the same masks, fewer hashes)."""
-    data_dims = tuple(0 if batched_inputs and isinstance(a, Tensor) else None for a in inputs)
+    data_dims = tuple(0 if batched_inputs and isinstance(a, Tensor | PaddedCsr) else None
+                      for a in inputs)
     if keys is None:
         def plain(params, *args):
             return functional_call(model, params, args)

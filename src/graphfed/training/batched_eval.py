@@ -22,6 +22,7 @@ from torch import Tensor
 from torch.func import functional_call
 from torch_geometric.data import Batch, Data
 
+from graphfed.models.sparse import PaddedCsr, is_csr, join_rows
 from graphfed.tensors import Params
 from graphfed.training.batched import cached_for, graph_inputs, node_layout, stacked_forward
 from graphfed.training.batches import (
@@ -89,12 +90,14 @@ def _stack(params: list[Params]) -> Params:
 
 
 def _join_nodes(clients: list[PreparedNodeClient]) -> tuple[tuple, list[int]]:
-    """The clients' graphs as one block-diagonal graph (PyG's batching); where each client's
-    nodes start."""
+    """The clients' graphs as one block-diagonal graph (PyG's batching; CSR features joined
+    row-wise); where each client's nodes start."""
+    sparse_x = is_csr(clients[0].x)
     joined = Batch.from_data_list([
-        Data(x=c.x, edge_index=c.edge_index, edge_weight=c.edge_weight, num_nodes=len(c.y))
-        for c in clients])
-    inputs = (joined.x, joined.edge_index, getattr(joined, "edge_weight", None))
+        Data(x=None if sparse_x else c.x, edge_index=c.edge_index, edge_weight=c.edge_weight,
+             num_nodes=len(c.y)) for c in clients])
+    x = join_rows([c.x for c in clients]) if sparse_x else joined.x
+    inputs = (x, joined.edge_index, getattr(joined, "edge_weight", None))
     return inputs, joined.ptr[:-1].tolist()
 
 
@@ -176,7 +179,8 @@ def _global_metrics(trainer: Trainer, jobs: list[EvalJob]) -> list[dict]:
             distinct.append(j.params)
     test = jobs[0].global_test
     if isinstance(test, PreparedNodeClient):
-        inputs = (test.x, test.edge_index, test.edge_weight)
+        x = PaddedCsr.of(test.x) if is_csr(test.x) else test.x  # vmap maps no CSR matrix
+        inputs = (x, test.edge_index, test.edge_weight)
         rows, index = len(test.y), test.index["test"]
     else:
         batch = test.splits["test"].all()

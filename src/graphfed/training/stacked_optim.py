@@ -4,13 +4,16 @@ Both optimizers are element-wise, so one update of the stack is each client's ow
 mask lets a client without a batch at this step (fewer mini-batches than its neighbours) skip
 it, its moments and step count untouched. The arithmetic is ``torch.optim.Adam``'s and
 ``torch.optim.SGD``'s (L2 weight decay added to the gradient, Adam's bias corrections per
-client step count), so a stacked step equals K separate ones.
+client step count), so a stacked step equals K separate ones. While every client has stepped
+every time (full-batch training, equal mini-batch counts) their step counts agree and Adam
+runs as PyTorch's fused kernel on the stacks, as the sequential trainer's does.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+from torch.optim.adam import adam
 
 from graphfed.training.trainer import OptimizerOptions
 
@@ -24,12 +27,22 @@ class StackedOptimizer:
         self.state: dict[str, dict[str, Tensor]] = {k: {} for k in params}
         self.steps = torch.zeros(clients, dtype=torch.float64,
                                  device=next(iter(params.values())).device)
+        self.lockstep = True  # every client has taken every step so far
 
     @torch.no_grad()
-    def step(self, active: Tensor) -> None:
-        """One update of every client whose ``active`` entry is true (``active``: ``[K]`` bool)."""
+    def step(self, active: Tensor | None = None) -> None:
+        """One update of every client whose ``active`` entry is true (``active``: ``[K]`` bool;
+        None: every client)."""
         o = self.options
-        self.steps += active
+        if active is None:
+            self.steps += 1
+            if o.name == "adam" and self.lockstep:
+                self._fused_adam()
+                return
+            active = torch.ones(len(self.steps), dtype=torch.bool, device=self.steps.device)
+        else:
+            self.steps += active
+            self.lockstep = False
         for name, p in self.params.items():
             if p.grad is None:
                 continue
@@ -43,10 +56,29 @@ class StackedOptimizer:
                 update = self._sgd(state, grad, on)
             p.sub_(torch.where(on, update, torch.zeros((), device=p.device, dtype=p.dtype)))
 
+    def _fused_adam(self) -> None:
+        """Every client's Adam step at once, their step counts equal: the fused kernel on the
+        stacks (its own step counter per stack, in step with ``self.steps``)."""
+        o = self.options
+        names = [n for n, p in self.params.items() if p.grad is not None]
+        states = [self._moments(self.state[n], self.params[n]) for n in names]
+        for state in states:
+            state.setdefault("step", torch.zeros((), device=self.steps.device))
+        adam([self.params[n] for n in names], [self.params[n].grad for n in names],
+             [s["m"] for s in states], [s["v"] for s in states], [],
+             [s["step"] for s in states], fused=True, amsgrad=False, beta1=BETAS[0],
+             beta2=BETAS[1], lr=o.lr, weight_decay=o.weight_decay, eps=EPS, maximize=False)
+
+    @staticmethod
+    def _moments(state: dict[str, Tensor], like: Tensor) -> dict[str, Tensor]:
+        """Adam's first and second moments of one stack, zero before its first step."""
+        if "m" not in state:
+            state["m"], state["v"] = torch.zeros_like(like), torch.zeros_like(like)
+        return state
+
     def _adam(self, state: dict[str, Tensor], grad: Tensor, on: Tensor, shape) -> Tensor:
         beta1, beta2 = BETAS
-        m = state.setdefault("m", torch.zeros_like(grad))
-        v = state.setdefault("v", torch.zeros_like(grad))
+        m, v = (self._moments(state, grad)[k] for k in ("m", "v"))
         m.copy_(torch.where(on, torch.lerp(m, grad, 1 - beta1), m))
         v.copy_(torch.where(on, v * beta2 + (1 - beta2) * grad * grad, v))
         steps = self.steps.clamp(min=1)
