@@ -15,6 +15,7 @@ sequential ``Trainer.train`` (same shuffles, same arithmetic up to summation ord
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -174,15 +175,24 @@ def train_together(trainer: Trainer, jobs: list[ClientJob], epochs: int,
     parameters, views of one stack, and ``TrainStats``). Clients of similar size train in
     one stacked pass per step (``size_groups``); a client's result does not depend on who
     trains beside it. ``cache`` keeps each group's padded node layout between calls."""
-    groups = size_groups([step_size(j.data, batch_size) for j in jobs])
+    return by_size_group([step_size(j.data, batch_size) for j in jobs], cache,
+                         lambda members, group_cache: _train_group(
+                             trainer, [jobs[k] for k in members], epochs, batch_size,
+                             group_cache))
+
+
+def by_size_group(sizes: list[float], cache: dict | None,
+                  run: Callable[[list[int], dict | None], list]) -> list:
+    """``run(members, group_cache)`` for each of ``size_groups(sizes)``, its results put back
+    in the order of ``sizes``; ``cache`` keeps one sub-cache per group."""
+    groups = size_groups(sizes)
     if cache is not None:
         for stale in [g for g in cache if not isinstance(g, int) or g >= len(groups)]:
             del cache[stale]
-    results: list = [None] * len(jobs)
+    results: list = [None] * len(sizes)
     for g, members in enumerate(groups):
-        trained = _train_group(trainer, [jobs[k] for k in members], epochs, batch_size,
-                               None if cache is None else cache.setdefault(g, {}))
-        for k, result in zip(members, trained, strict=True):
+        group_cache = None if cache is None else cache.setdefault(g, {})
+        for k, result in zip(members, run(members, group_cache), strict=True):
             results[k] = result
     return results
 

@@ -6,11 +6,12 @@ Where every client deploys the same parameters (the FedAvg family) their graphs 
 block-diagonally, no padding, and one plain forward pass scores them all: the arithmetic of
 the clients one by one, without the per-client calls. Where they differ (personalised models)
 the graphs are padded into the layout training uses (``batched.NodeLayout``; graph-level
-clients split by split) and one ``vmap`` over ``functional_call`` runs each client's own
-parameters on its own graph. The shared global test set is scored once per distinct set of
-parameters (once in all under FedAvg, whose clients all deploy the global model), all sets in
-one pass. Full-graph evaluation draws no random numbers, so the metrics equal the sequential
-path's up to float summation order.
+clients split by split; clients of similar size together, ``batched.size_groups``) and one
+``vmap`` over ``functional_call`` runs each client's own parameters on its own graph. The
+shared global test set is scored once per distinct set of parameters (once in all under
+FedAvg, whose clients all deploy the global model), all sets in one pass. Full-graph
+evaluation draws no random numbers, so the metrics equal the sequential path's up to float
+summation order.
 """
 
 from __future__ import annotations
@@ -24,7 +25,14 @@ from torch_geometric.data import Batch, Data
 
 from graphfed.models.sparse import PaddedCsr, is_csr, join_rows
 from graphfed.tensors import Params
-from graphfed.training.batched import cached_for, graph_inputs, node_layout, stacked_forward
+from graphfed.training.batched import (
+    by_size_group,
+    cached_for,
+    graph_inputs,
+    node_layout,
+    stacked_forward,
+    step_size,
+)
 from graphfed.training.batches import (
     GraphBatch,
     PreparedClient,
@@ -72,10 +80,15 @@ def evaluate_together(trainer: Trainer, jobs: list[EvalJob], cache: dict | None 
         joined = cache.setdefault("joined", {})
         outputs = (_joined_node_outputs(trainer, jobs[0].params, clients, joined) if node
                    else _joined_graph_outputs(trainer, jobs[0].params, clients, joined))
-    else:
-        stacked = _stack([j.params for j in jobs])
-        outputs = (_node_outputs(trainer, stacked, clients, cache.setdefault("padded", {}))
-                   if node else _graph_outputs(trainer, stacked, clients))
+    else:  # clients of similar size stacked together, as in training
+        def run(members: list[int], group_cache: dict | None) -> list[Outputs]:
+            stacked = _stack([jobs[k].params for k in members])
+            group = [clients[k] for k in members]
+            return (_node_outputs(trainer, stacked, group, group_cache) if node
+                    else _graph_outputs(trainer, stacked, group))
+
+        outputs = by_size_group([step_size(c, None) for c in clients],
+                                cache.setdefault("padded", {}), run)
     metrics = [trainer.split_metrics(o, c) for o, c in zip(outputs, clients, strict=True)]
     scored = [k for k, j in enumerate(jobs) if j.global_test is not None]
     if scored:
