@@ -37,6 +37,11 @@ CASES = {
         "dataset=PROTEINS", "algorithm=fedavg", "model=gin", "model.hidden=64", "model.layers=3",
         "partition=dirichlet", "num_clients=10", "local_epochs=1", "batch_size=128",
         "optimizer.lr=0.001"],
+    # each client its own model: evaluation runs the padded, vmapped layout (engine=batched)
+    "local-gin-proteins10": [
+        "dataset=PROTEINS", "algorithm=local", "model=gin", "model.hidden=64", "model.layers=3",
+        "partition=dirichlet", "num_clients=10", "local_epochs=1", "batch_size=128",
+        "optimizer.lr=0.001"],
     # synthetic (CSBM, 100k nodes, 64 features), many small clients: the per-client overhead
     "fedavg-gcn-csbm100k-100": [
         "dataset=csbm", "csbm.nodes=100000", "algorithm=fedavg", "model=gcn", "model.hidden=64",

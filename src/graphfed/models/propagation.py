@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from graphfed.models.sparse import csr_matrix
+from graphfed.models.sparse import client_first, csr_matrix, row_pointers
 from graphfed.models.tensor_cache import derived
 
 
@@ -33,9 +33,7 @@ def _adjacency(source: Tensor, target: Tensor, weight: Tensor | None, rows: int,
         source, target, weight = source[order], target[order], weight[order]
     else:
         source = source.clone()  # not a view of the edge tensor (see tensor_cache.derived)
-    crow = torch.zeros(rows + 1, dtype=torch.long, device=target.device)
-    crow[1:] = torch.bincount(target, minlength=rows).cumsum(0)
-    return csr_matrix(crow, source, weight, (rows, cols))
+    return csr_matrix(row_pointers(target, rows), source, weight, (rows, cols))
 
 
 def _matrix(edge_index: Tensor, weight: Tensor | None, rows: int, cols: int,
@@ -56,17 +54,12 @@ def _block_diagonal(edge_index: Tensor, edge_dim: int | None, weight: Tensor | N
     def build() -> tuple[Tensor, Tensor | None]:
         shift = torch.arange(clients, device=edge_index.device).view(clients, 1, 1) * (
             torch.tensor([[nodes], [size]], device=edge_index.device))
-        flat = (_stacked(edge_index, edge_dim, clients) + shift).transpose(0, 1).reshape(2, -1)
+        flat = (client_first(edge_index, edge_dim, clients) + shift).transpose(0, 1).reshape(2, -1)
         return flat, (None if weight is None
-                      else _stacked(weight, weight_dim, clients).reshape(-1).clone())
+                      else client_first(weight, weight_dim, clients).reshape(-1).clone())
 
     return derived(edge_index, weight, ("block", edge_dim, weight_dim, clients, nodes, size),
                     build)
-
-
-def _stacked(t: Tensor, dim: int | None, clients: int) -> Tensor:
-    """``t`` with its client dimension first (broadcast to every client when it has none)."""
-    return t.movedim(dim, 0) if dim is not None else t.expand(clients, *t.shape)
 
 
 def _product(y: Tensor, edge_index: Tensor, weight: Tensor | None, size: int) -> Tensor:
@@ -103,7 +96,7 @@ class _WeightedSum(torch.autograd.Function):
     def vmap(info, in_dims, y, edge_index, weight, size):
         """K clients' padded graphs as one block-diagonal graph (``_block_diagonal``)."""
         clients = info.batch_size
-        y = _stacked(y, in_dims[0], clients)
+        y = client_first(y, in_dims[0], clients)
         nodes = y.size(1)
         edges, flat_weight = _block_diagonal(edge_index, in_dims[1], weight, in_dims[2],
                                              clients, nodes, size)

@@ -54,15 +54,25 @@ def with_values(x: Tensor, values: Tensor) -> Tensor:
     return out
 
 
+def row_pointers(rows_of_entries: Tensor, rows: int, dtype: torch.dtype = torch.long) -> Tensor:
+    """A CSR matrix's ``crow_indices`` for entries sorted by row, given each entry's row."""
+    crow = torch.zeros(rows + 1, dtype=dtype, device=rows_of_entries.device)
+    crow[1:] = torch.bincount(rows_of_entries, minlength=rows).cumsum(0)
+    return crow
+
+
+def _entry_rows(x: Tensor) -> Tensor:
+    """The row of each entry the CSR matrix ``x`` stores."""
+    crow = x.crow_indices()
+    return torch.repeat_interleave(torch.arange(x.size(0), device=crow.device), crow.diff())
+
+
 def _transposed_pattern(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """``x^T``'s row pointers and columns, and the order that takes ``x``'s values to it."""
-    rows, cols = x.shape
-    crow, col = x.crow_indices(), x.col_indices()
-    row = torch.repeat_interleave(torch.arange(rows, device=col.device), crow.diff())
+    col = x.col_indices()
     order = torch.argsort(col, stable=True)  # rows stay ascending within a column
-    t_crow = torch.zeros(cols + 1, dtype=crow.dtype, device=crow.device)
-    t_crow[1:] = torch.bincount(col, minlength=cols).cumsum(0)
-    return t_crow, row[order].to(col.dtype), order
+    return (row_pointers(col, x.size(1), x.crow_indices().dtype),
+            _entry_rows(x)[order].to(col.dtype), order)
 
 
 def transposed(x: Tensor) -> Tensor:
@@ -154,7 +164,7 @@ def join_rows(matrices: list[Tensor]) -> Tensor:
     """CSR matrices with one column count as one, each one's rows under the previous one's."""
     stored = torch.tensor([0] + [m.values().numel() for m in matrices]).cumsum(0).tolist()
     crow = torch.cat([m.crow_indices()[:-1] + start for m, start in
-                      zip(matrices, stored, strict=False)]
+                      zip(matrices, stored[:-1], strict=True)]
                      + [matrices[0].crow_indices().new_tensor([stored[-1]])])
     return csr_matrix(crow, torch.cat([m.col_indices() for m in matrices]),
                       torch.cat([m.values() for m in matrices]),
@@ -163,9 +173,7 @@ def join_rows(matrices: list[Tensor]) -> Tensor:
 
 def _flat_positions(x: Tensor) -> Tensor:
     """The CSR matrix ``x``'s stored elements' row-major indices ``row * cols + col``."""
-    crow = x.crow_indices()
-    rows = torch.repeat_interleave(torch.arange(x.size(0), device=crow.device), crow.diff())
-    return rows * x.size(1) + x.col_indices()
+    return _entry_rows(x) * x.size(1) + x.col_indices()
 
 
 def _pattern(positions: Tensor, shape: tuple[int, int]) -> tuple[Tensor, Tensor]:
@@ -174,10 +182,8 @@ def _pattern(positions: Tensor, shape: tuple[int, int]) -> tuple[Tensor, Tensor]
     stored = torch.nonzero(positions >= 0).view(-1)
     flat = positions[stored]
     rows, cols = shape
-    crow = torch.zeros(rows + 1, dtype=torch.long, device=flat.device)
-    crow[1:] = torch.bincount(flat // cols, minlength=rows).cumsum(0)
     ones = torch.ones(flat.numel(), device=flat.device)
-    return csr_matrix(crow, flat % cols, ones, shape), stored
+    return csr_matrix(row_pointers(flat // cols, rows), flat % cols, ones, shape), stored
 
 
 def _block_positions(positions: Tensor, clients: int, shape: tuple[int, int]) -> Tensor:
@@ -212,7 +218,7 @@ class _PaddedProduct(torch.autograd.Function):
     @staticmethod
     def vmap(info, in_dims, values, positions, weight, shape):
         clients, source = info.batch_size, positions
-        values, positions, weight = (_client_first(t, d, clients) for t, d in
+        values, positions, weight = (client_first(t, d, clients) for t, d in
                                      zip((values, positions, weight), in_dims[:3], strict=True))
         block = derived(source, None, ("block", clients, shape, in_dims[1]),
                         lambda: _block_positions(positions, clients, shape))
@@ -224,9 +230,9 @@ class _PaddedProduct(torch.autograd.Function):
         return out.view(clients, rows, -1), 0
 
 
-def _client_first(t: Tensor, dim: int | None, clients: int) -> Tensor:
-    """``t`` with its client dimension first (the same tensor when it is; broadcast to every
-    client when it has none)."""
+def client_first(t: Tensor, dim: int | None, clients: int) -> Tensor:
+    """``t`` with its client dimension (``vmap``'s ``in_dims`` entry) first: the same tensor
+    when it is, broadcast to every client when it has none."""
     if dim is None:
         return t.expand(clients, *t.shape)
     return t if dim == 0 else t.movedim(dim, 0)

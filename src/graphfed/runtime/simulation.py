@@ -32,7 +32,7 @@ class SimulationRuntime(Runtime):
         self.client = client
         self.contexts = contexts
         self.batched = batched
-        self._layouts: dict = {}  # the batched engine's padded data of the last client set
+        self._layouts: dict = {}  # the batched engine's padded data, one per size group
         self._eval_layouts: dict = {}  # the same for the clients evaluated together
 
     def _ask(self, rnd, phase, messages, answer):
