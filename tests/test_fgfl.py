@@ -4,6 +4,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from torch_geometric.data import Data
 
 from graphfed.algorithms.fgfl import FGFLOptions, FGFLServer
@@ -26,6 +28,7 @@ from graphfed.mechanisms.sparse_rewards import (
     encode_sparse,
     reward_counts,
     sparsify,
+    top_magnitude,
     value_weights,
 )
 from graphfed.protocol import Message, Setup
@@ -80,6 +83,16 @@ def test_sparsify_keeps_exactly_the_largest_magnitudes_even_on_ties():
     assert int((dense != 0).sum()) == 3 and float(dense[1]) == -3.0
     layer_index, _ = sparsify(torch.arange(1.0, 11.0), 5, "layer", [4, 6])
     assert layer_index.tolist() == [2, 3, 7, 8, 9]  # ceil(0.5*4)=2 of the first, 3 of the second
+
+
+@given(st.lists(st.integers(-3, 3), min_size=1, max_size=40), st.data())
+def test_top_magnitude_is_the_stable_ranking_by_magnitude(values, data):
+    """Few distinct values, so ties at the threshold are the rule: the kept set is the first
+    ``count`` of a stable sort by decreasing magnitude, returned in ascending order."""
+    count = data.draw(st.integers(1, len(values)))
+    vector = torch.tensor(values, dtype=torch.float32)
+    ranked = sorted(range(len(values)), key=lambda i: -abs(values[i]))
+    assert top_magnitude(vector, count).tolist() == sorted(ranked[:count])
 
 
 # ------------------------------------------------------------------ server valuation

@@ -34,6 +34,15 @@ def weighted_sum(updates: Tensor, weights: Tensor) -> Tensor:
     return (weights.to(updates.dtype).view(-1, 1) * updates).sum(0)
 
 
+def cosines(updates: Tensor, aggregate: Tensor, eps: float = 1e-10) -> Tensor:
+    """CGSV's alignment cos(u_i, u) of each stacked update [n, D] with the aggregate, each
+    norm clamped at ``eps`` as ``cosine_similarity`` clamps it. Products summed per row, not a
+    matrix-vector product (whose bits change with the thread count); ``cosine_similarity``
+    over the expanded aggregate took three times as long (n = 40, D = 369k)."""
+    norms = updates.norm(dim=1).clamp_min(eps) * aggregate.norm().clamp_min(eps)
+    return (updates * aggregate).sum(1) / norms
+
+
 def reward_counts(values: Tensor, dim: int, beta: float = 1.0,
                   shape: RewardShape = "tanh") -> Tensor:
     """Components of the aggregate each agent receives (Eq. 4):
@@ -61,18 +70,31 @@ def sparsify(vector: Tensor, count: int, mode: MaskMode = "all",
     elif count >= dim:
         index = torch.arange(dim, device=vector.device)
     elif mode == "all":
-        index = vector.abs().topk(count).indices.sort().values
+        index = top_magnitude(vector, count)
     else:
         if sizes is None or sum(sizes) != dim:
             raise ValueError("layer mode needs the tensor sizes of the flattened vector")
         ratio, parts, start = count / dim, [], 0
         for size in sizes:
             keep = min(size, math.ceil(ratio * size))
-            part = vector[start:start + size].abs().topk(keep).indices + start
-            parts.append(part)
+            parts.append(top_magnitude(vector[start:start + size], keep) + start)
             start += size
-        index = torch.cat(parts).sort().values
+        index = torch.cat(parts)
     return index.to(torch.int32), vector[index].to(torch.float32)
+
+
+def top_magnitude(vector: Tensor, count: int) -> Tensor:
+    """Ascending indices of the ``count`` (0 < count <= D) largest components of ``vector`` in
+    absolute value, ties at the threshold taken from the lowest index: a selection
+    (``kthvalue``) and a mask, several times faster than ``topk`` for the large ``count`` of
+    rewards (measured 3-6x at D = 369k on one thread)."""
+    magnitude = vector.abs()
+    threshold = magnitude.kthvalue(magnitude.numel() - count + 1).values
+    keep = magnitude > threshold
+    missing = count - int(keep.sum())
+    if missing:
+        keep[(magnitude == threshold).nonzero().squeeze(1)[:missing]] = True
+    return keep.nonzero().squeeze(1)
 
 
 def densify(index: Tensor, value: Tensor, dim: int) -> Tensor:

@@ -19,6 +19,7 @@ from graphfed.algorithms.personalized.base import PersonalClient
 from graphfed.mechanisms.sparse_rewards import (
     MaskMode,
     RewardShape,
+    cosines,
     decode_sparse,
     encode_sparse,
     reward_counts,
@@ -125,8 +126,7 @@ class RewardServer(Server):
             self.data_sizes[c] = float(replies[c].scalars[NUM_SAMPLES])
         weights = self.aggregation_weights(clients)
         aggregate = weighted_sum(updates, weights)
-        alignment = torch.nn.functional.cosine_similarity(
-            updates, aggregate.view(1, -1).expand_as(updates), dim=1, eps=1e-10)
+        alignment = cosines(updates, aggregate)
         self.values = self.revalue(rnd, clients, updates, aggregate, alignment).double()
         values, o = self.values[clients], self.setup.options
         counts = (reward_counts(values, self.dim, o.beta, o.reward_shape) if o.sparsify_reward
