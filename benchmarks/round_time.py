@@ -42,6 +42,12 @@ CASES = {
         "dataset=PROTEINS", "algorithm=local", "model=gin", "model.hidden=64", "model.layers=3",
         "partition=dirichlet", "num_clients=10", "local_epochs=1", "batch_size=128",
         "optimizer.lr=0.001"],
+    # FairGFL's setting: 40 small overlapping clients (about 66 nodes each) and a wide first
+    # layer (1,433 x 256), so the clients' weights, more than their graphs, are the work
+    "fedavg-gcn-cora-overlap40": [
+        "dataset=Cora", "algorithm=fedavg", "model=gcn", "model.hidden=256", "model.layers=2",
+        "partition=fairgfl_overlap", "num_clients=40", "local_epochs=1", "optimizer.name=sgd",
+        "optimizer.lr=0.5"],
     # synthetic (CSBM, 100k nodes, 64 features), many small clients: the per-client overhead
     "fedavg-gcn-csbm100k-100": [
         "dataset=csbm", "csbm.nodes=100000", "algorithm=fedavg", "model=gcn", "model.hidden=64",

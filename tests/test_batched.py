@@ -172,7 +172,7 @@ def test_a_stacked_step_is_each_clients_own_torch_step_and_a_masked_client_waits
     gen = torch.Generator().manual_seed(0)
     start = torch.randn(3, 4, 5, generator=gen)
     grads = torch.randn(8, 3, 4, 5, generator=gen)
-    # None: every client steps (Adam's fused kernel while no client has missed a step)
+    # None: every client steps (torch's own update while no client has missed a step)
     active = [None, None, *torch.tensor([[1, 1, 1], [1, 0, 1], [0, 0, 1], [1, 1, 0],
                                          [1, 1, 1], [0, 1, 1]], dtype=torch.bool)]
     stacked = {"w": start.clone().requires_grad_(True)}
