@@ -35,6 +35,8 @@ CASES = {
     "fedprox-node-mini-batch": [*NODE, "algorithm=fedprox", "fedprox.mu=0.5",
                                 "batch_size=128"],
     "local-node-full-batch": [*NODE, "algorithm=local"],
+    # trains on the features its setup exchange aggregated (LocalStep.data)
+    "fedgcn-node-full-batch-partial": [*NODE, "algorithm=fedgcn", "client_fraction=0.5"],
     # CSR features: one block-diagonal sparse product for the clients' first layers
     "scaffold-node-sparse-mini-batch": [*NODE, "algorithm=scaffold", "batch_size=128",
                                         "model.sparse_features=true"],
@@ -52,6 +54,7 @@ def _two_rounds(overrides: list[str], engine: str):
     config = load_config(None, [*overrides, "model.dropout=0", "local_epochs=2", "device=cpu",
                                 f"engine={engine}"])
     fed = build_federation(config, 0)
+    fed.setup()  # FedGCN's exchange: its clients then train on the aggregated features
     lines = [fed.fit_round(rnd) for rnd in (1, 2)]
     return fed, lines, fed.evaluate(2)
 

@@ -76,8 +76,9 @@ class ExperimentConfig(BaseModel):
     checkpoint_every: int = Field(10, ge=0, description="0: never")
     engine: Literal["sequential", "batched"] = Field(
         "sequential", description="in-process runtime: train the sampled clients one after "
-        "another, or together in one stacked pass (algorithms registered batched: fedavg, "
-        "fedprox, fedsage, local, scaffold; a client the engine cannot batch trains alone)")
+        "another, or together in one stacked pass (algorithms registered batched: fedamp, "
+        "fedavg, fedgcn, fedprox, fedsage, local, qfedavg, scaffold; a client the engine "
+        "cannot batch trains alone)")
     runtime: Literal["simulation", "flower-sim", "flower"] = Field(
         "simulation", description="simulation: in-process; flower-sim: Flower's simulation "
         "engine; flower: a SuperLink and its SuperNodes")

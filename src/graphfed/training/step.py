@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from torch import Tensor
 
 from graphfed.tensors import Params
+from graphfed.training.batches import PreparedClient
 from graphfed.training.trainer import ExtraLoss
 
 
@@ -40,12 +41,15 @@ def proximal_term(mu: float, anchor: Params) -> ExtraLoss:
 @dataclass
 class LocalStep:
     """Local epochs from ``params``; with ``proximal_mu > 0`` the loss adds
-    (mu/2)||w - anchor||^2, with a ``gradient_offset`` it adds <offset, w>."""
+    (mu/2)||w - anchor||^2, with a ``gradient_offset`` it adds <offset, w>. ``data``: what the
+    epochs train on where the algorithm shows the client its data otherwise (FedGCN's
+    pre-aggregated features); None: the client's own."""
 
     params: Params
     proximal_mu: float = 0.0
     anchor: Params | None = None
     gradient_offset: Params | None = None
+    data: PreparedClient | None = None
 
     def extra_loss(self) -> ExtraLoss | None:
         terms = []

@@ -61,9 +61,11 @@ from graphfed.algorithms.registry import Algorithm, register
 from graphfed.models.fedgcn import FedGCNNet, neighbour_mean, neighbour_sums
 from graphfed.models.gnn import ModelOptions
 from graphfed.protocol import Message, MessageError
+from graphfed.training.step import LocalStep
 
 FEATURES = "fedgcn_features"
 READY = "fedgcn_ready"
+VIEW = "fedgcn_view"  # the client's data with the aggregated features, in ctx.cache
 
 
 class FedGCNOptions(FedAvgOptions):
@@ -180,7 +182,9 @@ class FedGCNClient(FedAvgClient):
 
     def _with_features(self, message: Message, ctx):
         """The message without the feature totals (stored once received) and ``ctx`` with the
-        client's data showing the aggregated features."""
+        client's data showing the aggregated features: one view object, kept in ``ctx.cache``
+        while the features stay the same, so that the batched engine finds the layout it
+        built for it in an earlier round."""
         tensors = dict(message.tensors)
         sums, counts = tensors.pop(f"{FEATURES}.sums", None), tensors.pop(f"{FEATURES}.counts",
                                                                          None)
@@ -193,13 +197,20 @@ class FedGCNClient(FedAvgClient):
             ctx.state[FEATURES] = x
         if FEATURES not in ctx.state:
             return message, ctx
-        view = copy.copy(ctx.data)
-        view.x = ctx.state[FEATURES]
+        view = ctx.cache.get(VIEW)
+        if view is None or view.x is not ctx.state[FEATURES]:
+            view = ctx.cache[VIEW] = copy.copy(ctx.data)
+            view.x = ctx.state[FEATURES]
         return Message(tensors=tensors, scalars=message.scalars), replace(ctx, data=view)
 
-    def fit(self, message, ctx):
+    def local_step(self, message, ctx):
+        """FedAvg's step on the aggregated features (stored in ``ctx.state`` as they arrive,
+        the same whether the step is then trained alone or in a batch)."""
         message, view = self._with_features(message, ctx)
-        reply = super().fit(message, view)
+        return LocalStep(message.tensors, data=view.data)
+
+    def finish_step(self, message, ctx, params, stats):
+        reply = super().finish_step(message, ctx, params, stats)
         reply.scalars[READY] = FEATURES in ctx.state
         return reply
 
@@ -214,5 +225,6 @@ FEDGCN = register(Algorithm(
     paper="Yao et al., NeurIPS 2023 (FedGCN)",
     levels=("node",),
     model=fedgcn_model,
+    batched=True,
     description="FedAvg of a 2-layer GCN on neighbour features summed across clients before "
                 "training"))
