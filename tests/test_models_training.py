@@ -1,5 +1,7 @@
 """Models, cached graph preparation, batching and metrics."""
 
+import math
+
 import pytest
 import torch
 from torch_geometric.data import Batch
@@ -86,6 +88,7 @@ def test_fairness_measures():
     assert variance([0.5, 0.5, 0.5]) == 0
     assert entropy([1, 1, 1, 1]) == pytest.approx(torch.log(torch.tensor(4.0)).item())
     assert entropy([1, 0, 0, 0]) == pytest.approx(0.0)
+    assert math.isnan(entropy([1, float("nan"), 1]))  # a diverged client: unknown, not 0
     assert pearson([1, 2, 3], [2, 4, 6]) == pytest.approx(1.0)
     assert pearson([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
 

@@ -70,9 +70,10 @@ def variance(values: Sequence[float]) -> float:
 def entropy(values: Sequence[float]) -> float:
     """−Σ p_i log p_i of the values normalised to a distribution, p_i = v_i / Σ_j v_j (natural
     log, so at most log N for N values; higher is more uniform, fairer); negative values count
-    as 0, and NaN when nothing is left."""
+    as 0, and NaN when nothing is left or a value is NaN (a diverged client's loss: the
+    normalisation would otherwise drop every value and report 0)."""
     t = torch.tensor(values, dtype=torch.float64).clamp_min(0)
-    if t.sum() <= 0:
+    if bool(t.isnan().any()) or t.sum() <= 0:
         return float("nan")
     p = t / t.sum()
     p = p[p > 0]
