@@ -5,7 +5,7 @@ training data (same graphs, same batch size): the practical lower bound for a ro
 is excluded from the round time and reported separately.
 
     GRAPHFED_DATA=../shared/datasets python benchmarks/round_time.py [--repeats N] [--device cuda]
-        [--engine sequential|batched] [--cases NAME,...]
+        [--engine sequential|batched] [--cases NAME,...] [--set KEY=VALUE ...]
 
 On a GPU the round includes moving every message between the clients' device and the
 server's (the CPU), which the centralized epoch does not pay.
@@ -77,8 +77,9 @@ def timed(fn, repeats: int, device: str) -> float:
     return statistics.median(times)
 
 
-def bench(name: str, overrides: list[str], repeats: int, device: str, engine: str) -> str:
-    config = load_config(None, [*overrides, "checkpoint_every=0", f"device={device}",
+def bench(name: str, overrides: list[str], repeats: int, device: str, engine: str,
+          extra: list[str]) -> str:
+    config = load_config(None, [*overrides, *extra, "checkpoint_every=0", f"device={device}",
                                 f"engine={engine}"])
     fed = build_federation(config, seed=0)
     central = prepare_client(union_client(fed.data.clients), fed.trainer.model,
@@ -105,10 +106,13 @@ def main() -> None:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--engine", choices=("sequential", "batched"), default="sequential")
     parser.add_argument("--cases", default=",".join(CASES), help="comma-separated case names")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config override added to every case (repeatable)")
     args = parser.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {args.device}")
     for name in args.cases.split(","):
-        print(bench(name, CASES[name], args.repeats, args.device, args.engine), flush=True)
+        print(bench(name, CASES[name], args.repeats, args.device, args.engine, args.set),
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from graphfed.config import OptimizerOptions, load_config
 from graphfed.experiment import build_federation
 from graphfed.models.dropout import keyed_keep
+from graphfed.runtime import simulation
 from graphfed.seeding import call_seed
 from graphfed.training import batched
 from graphfed.training.batched import (
@@ -29,14 +30,17 @@ from graphfed.training.trainer import Trainer
 from tests.conftest import require
 
 NODE = ["dataset=Cora", "partition=louvain", "num_clients=4"]
+FEDGCN = ["dataset=Cora", "partition=major_labels", "partition.overlap=true", "num_clients=4",
+          "algorithm=fedgcn"]
 GRAPH = ["dataset=MUTAG", "partition=dirichlet", "model=gin", "num_clients=4"]
 CASES = {
     "fedavg-node-full-batch-partial": [*NODE, "algorithm=fedavg", "client_fraction=0.5"],
     "fedprox-node-mini-batch": [*NODE, "algorithm=fedprox", "fedprox.mu=0.5",
                                 "batch_size=128"],
     "local-node-full-batch": [*NODE, "algorithm=local"],
-    # trains on the features its setup exchange aggregated (LocalStep.data)
-    "fedgcn-node-full-batch-partial": [*NODE, "algorithm=fedgcn", "client_fraction=0.5"],
+    # trains on the features its setup exchange aggregated (LocalStep.data), which differ from
+    # its local aggregation only where clients share nodes
+    "fedgcn-node-full-batch-partial": [*FEDGCN, "client_fraction=0.5"],
     # CSR features: one block-diagonal sparse product for the clients' first layers
     "scaffold-node-sparse-mini-batch": [*NODE, "algorithm=scaffold", "batch_size=128",
                                         "model.sparse_features=true"],
@@ -191,6 +195,27 @@ def test_a_stacked_step_is_each_clients_own_torch_step_and_a_masked_client_waits
                 w.grad = grad[k].clone()
                 alone.step()
         assert torch.allclose(stacked["w"][k], w, atol=1e-6), k
+
+
+@require("Cora")
+def test_fedgcn_clients_train_together_on_their_aggregated_features(monkeypatch):
+    """The equality above would also hold if FedGCN's clients fell back to training alone:
+    here every one is in the batch, with the features its exchange built, and the layout
+    built in round 1 is the one round 2 finds."""
+    config = load_config(None, [*FEDGCN, "engine=batched", "device=cpu"])
+    fed = build_federation(config, 0)
+    fed.setup()
+    seen = []
+    monkeypatch.setattr(simulation, "train_together", lambda trainer, jobs, *a: (
+        seen.append(jobs), train_together(trainer, jobs, *a))[1])
+    for rnd in (1, 2):
+        fed.fit_round(rnd)
+    contexts = fed.runtime.contexts
+    for jobs in seen:
+        for job, ctx in zip(jobs, contexts, strict=True):
+            assert job.data.x is ctx.state["fedgcn_features"]
+            assert not torch.equal(job.data.x, ctx.data.x)
+    assert len(seen) == 2 and [id(j.data) for j in seen[0]] == [id(j.data) for j in seen[1]]
 
 
 @require("Cora")

@@ -311,7 +311,7 @@ class Client(ABC):
         step = self.local_step(message, ctx)
         if step is None:
             raise NotImplementedError(f"{type(self).__name__} declares no local step")
-        on = ctx if step.data is None else replace(ctx, data=step.data)
+        on = replace(ctx, data=step.trains_on(ctx.data))
         params, stats = self.local_train(step.params, on, step.extra_loss())
         return self.finish_step(message, ctx, params, stats)
 

@@ -34,15 +34,6 @@ def weighted_sum(updates: Tensor, weights: Tensor) -> Tensor:
     return (weights.to(updates.dtype).view(-1, 1) * updates).sum(0)
 
 
-def cosines(updates: Tensor, aggregate: Tensor, eps: float = 1e-10) -> Tensor:
-    """CGSV's alignment cos(u_i, u) of each stacked update [n, D] with the aggregate, each
-    norm clamped at ``eps`` as ``cosine_similarity`` clamps it. Products summed per row, not a
-    matrix-vector product (whose bits change with the thread count); ``cosine_similarity``
-    over the expanded aggregate took three times as long (n = 40, D = 369k)."""
-    norms = updates.norm(dim=1).clamp_min(eps) * aggregate.norm().clamp_min(eps)
-    return (updates * aggregate).sum(1) / norms
-
-
 def reward_counts(values: Tensor, dim: int, beta: float = 1.0,
                   shape: RewardShape = "tanh") -> Tensor:
     """Components of the aggregate each agent receives (Eq. 4):
@@ -85,9 +76,9 @@ def sparsify(vector: Tensor, count: int, mode: MaskMode = "all",
 
 def top_magnitude(vector: Tensor, count: int) -> Tensor:
     """Ascending indices of the ``count`` (0 < count <= D) largest components of ``vector`` in
-    absolute value, ties at the threshold taken from the lowest index: a selection
-    (``kthvalue``) and a mask, several times faster than ``topk`` for the large ``count`` of
-    rewards (measured 3-6x at D = 369k on one thread)."""
+    absolute value, ties at the threshold taken from the lowest index. A selection
+    (``kthvalue``, linear in D) and a mask, where ``topk`` then ``sort`` order what they keep:
+    rewards keep a large share of D."""
     magnitude = vector.abs()
     threshold = magnitude.kthvalue(magnitude.numel() - count + 1).values
     keep = magnitude > threshold

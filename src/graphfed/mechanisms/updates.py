@@ -85,3 +85,12 @@ def normalize(vector: Tensor, mode: NormalizeMode, bound: float = 1.0) -> Tensor
 
 def cosine(a: Tensor, b: Tensor, eps: float = 1e-10) -> float:
     return float(torch.dot(a, b) / (a.norm() * b.norm() + eps))
+
+
+def cosines(updates: Tensor, target: Tensor, eps: float = 1e-10) -> Tensor:
+    """cos(u_i, t) of each stacked update ``[n, D]`` with one vector (CGSV's alignment with the
+    aggregate), each norm clamped at ``eps`` as ``cosine_similarity`` clamps it. Products
+    summed per row, not one matrix-vector product, whose bits changed with the thread count;
+    nor ``cosine_similarity`` over the expanded target, which materialises it."""
+    norms = updates.norm(dim=1).clamp_min(eps) * target.norm().clamp_min(eps)
+    return (updates * target).sum(1) / norms

@@ -39,7 +39,10 @@ class StackedOptimizer:
         if active is None:
             self.steps += 1
             if self.lockstep:
-                self._fused_adam() if o.name == "adam" else self._lockstep_sgd()
+                if o.name == "adam":
+                    self._fused_adam()
+                else:
+                    self._lockstep_sgd()
                 return
             active = torch.ones(len(self.steps), dtype=torch.bool, device=self.steps.device)
         else:
@@ -62,7 +65,7 @@ class StackedOptimizer:
         """Every client's Adam step at once, their step counts equal: the fused kernel on the
         stacks (its own step counter per stack, in step with ``self.steps``)."""
         o = self.options
-        names = [n for n, p in self.params.items() if p.grad is not None]
+        names = self._stepped()
         states = [self._moments(self.state[n], self.params[n]) for n in names]
         for state in states:
             state.setdefault("step", torch.zeros((), device=self.steps.device))
@@ -77,7 +80,7 @@ class StackedOptimizer:
         update with its copies of the [40, 1433, 256] stack took a third of a batched
         round)."""
         o = self.options
-        names = [n for n, p in self.params.items() if p.grad is not None]
+        names = self._stepped()
         buffers = [self.state[n].get("buf") for n in names]
         sgd([self.params[n] for n in names], [self.params[n].grad for n in names], buffers,
             foreach=False, weight_decay=o.weight_decay, momentum=o.momentum, lr=o.lr,
@@ -85,6 +88,10 @@ class StackedOptimizer:
         for name, buffer in zip(names, buffers, strict=True):
             if buffer is not None:
                 self.state[name]["buf"] = buffer
+
+    def _stepped(self) -> list[str]:
+        """The stacks this step updates: those that received a gradient."""
+        return [n for n, p in self.params.items() if p.grad is not None]
 
     @staticmethod
     def _moments(state: dict[str, Tensor], like: Tensor) -> dict[str, Tensor]:

@@ -51,6 +51,10 @@ class LocalStep:
     gradient_offset: Params | None = None
     data: PreparedClient | None = None
 
+    def trains_on(self, own: PreparedClient) -> PreparedClient:
+        """The data these epochs train on, given the client's ``own``."""
+        return own if self.data is None else self.data
+
     def extra_loss(self) -> ExtraLoss | None:
         terms = []
         if self.proximal_mu > 0 and self.anchor is not None:

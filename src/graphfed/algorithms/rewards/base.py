@@ -19,7 +19,6 @@ from graphfed.algorithms.personalized.base import PersonalClient
 from graphfed.mechanisms.sparse_rewards import (
     MaskMode,
     RewardShape,
-    cosines,
     decode_sparse,
     encode_sparse,
     reward_counts,
@@ -31,6 +30,7 @@ from graphfed.mechanisms.updates import (
     NormalizeMode,
     SharedScope,
     add_flat,
+    cosines,
     delta,
     flatten,
     normalize,
