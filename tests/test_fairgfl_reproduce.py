@@ -72,7 +72,26 @@ def test_every_figure_preset_resolves_to_valid_configs():
                 config = cell_config(preset, variant, label, [0], quick=True)
                 assert config.partition.name == "fairgfl_overlap", (name, label)
     grid = get_preset("fairgfl-privacy").variants
-    assert len(grid) == 16 and grid[5].overrides == ("fairgfl.eps_v=2", "fairgfl.eps_e=2")
+    assert len(grid) == 16 and grid[5].overrides == ("fairgfl.eps_v=2", "fairgfl.eps_e=1")
+    assert {v.overrides[1] for v in grid} == {f"fairgfl.eps_e={e}" for e in ("0.5", "1", "2", "4")}
+
+
+def test_ablation_sweeps_the_specs_lambda_and_q_grids():
+    """Spec §7.5 F8 and F12: lambda in {0, 0.05, 0.1, 0.3, 1} (0.1 the default), q in
+    {0.1, 1, 5}."""
+    from graphfed.reproduce.runner import cell_config
+
+    preset = get_preset("fairgfl-ablation")
+    lambdas, qs = set(), set()
+    for variant in preset.variants:
+        config = cell_config(preset, variant, "Cora", [0], quick=True)
+        if variant.method in ("fairgfl", "fairgfl[lambda=0]") or \
+                variant.method.startswith("fairgfl[lambda="):
+            lambdas.add(config.algorithm_options().lambda_maxloss)
+        elif variant.algorithm == "qfedavg":
+            qs.add(config.algorithm_options().q)
+    assert lambdas == {0.0, 0.05, 0.1, 0.3, 1.0}
+    assert qs == {0.1, 1.0, 5.0}
 
 
 def test_round_curves_average_the_seeds_of_each_method(tmp_path, monkeypatch):

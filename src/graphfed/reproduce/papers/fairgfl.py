@@ -258,20 +258,24 @@ def fairness_bars(rows: list[dict], out: Path) -> Path:
                        "FairGFL: global test accuracy and variance of client training losses")
 ESTIMATION = ("overlap_rank_corr", "separation_auc")
 RUNNABLE = ["Cora", "CiteSeer"]
-BUDGETS = (1, 2, 4, 8)
+# the grids spec §7.5 F1-F2 recommends for the lost ones: eps_v around its default, eps_e
+# around Table V's 1
+FEATURE_BUDGETS = ("1", "2", "4", "8")
+LINK_BUDGETS = ("0.5", "1", "2", "4")
 
 PRIVACY_VARIANTS = [Variant(f"fairgfl[eps_v={v},eps_e={e}]", "fairgfl",
                             (f"fairgfl.eps_v={v}", f"fairgfl.eps_e={e}"))
-                    for v in BUDGETS for e in BUDGETS]
+                    for v in FEATURE_BUDGETS for e in LINK_BUDGETS]
 PRIVACY = register(Preset(
     name="fairgfl-privacy",
-    description="FairGFL Fig. 7: utility, fairness and estimation over the feature and link "
-                "budgets (eps_v, eps_e) in {1, 2, 4, 8}^2",
+    description="FairGFL Fig. 7: utility, fairness and estimation over the feature budget "
+                "eps_v in {1, 2, 4, 8} and the link budget eps_e in {0.5, 1, 2, 4}",
     variants=PRIVACY_VARIANTS,
     datasets=RUNNABLE, metrics=(*FAIRNESS, *ESTIMATION), base=[*BASE, IMBALANCED], seeds=3,
     quick=["rounds=20"], quick_seeds=1, dataset_overrides=DATASET_OVERRIDES,
     cell_overrides=encoded_widths(PRIVACY_VARIANTS), figures=[fairness_bars],
-    notes="The paper's grid values were lost (spec §4); {1, 2, 4, 8} for both budgets."))
+    notes="The paper's grid values were lost (spec §4); the grids of spec §7.5 F1-F2: eps_v "
+          "in {1, 2, 4, 8}, eps_e in {0.5, 1, 2, 4}."))
 
 OVERLAP = register(Preset(
     name="fairgfl-overlap",
@@ -316,16 +320,19 @@ ABLATION_VARIANTS = [
     Variant("fairgfl[lambda=0]", "fairgfl", ("fairgfl.lambda_maxloss=0",)),
     Variant("fairgfl[uniform]", "fairgfl", ("fairgfl.fair_aggregation=false",)),
     Variant("fairgfl[oracle]", "fairgfl", ("fairgfl.oracle_overlaps=true",)),
+    # spec §7.5 F8's sweep {0, 0.05, 0.1, 0.3, 1} (0.1 is the default row above)
     *[Variant(f"fairgfl[lambda={lam}]", "fairgfl", (f"fairgfl.lambda_maxloss={lam}",))
-      for lam in ("0.01", "0.03", "0.3")],
+      for lam in ("0.05", "0.3", "1")],
     Variant("fedavg", "fedavg"),
-    Variant("fedavg[uniform]", "fedavg", ("fedavg.weighted=false",))]
+    Variant("fedavg[uniform]", "fedavg", ("fedavg.weighted=false",)),
+    # spec §7.5 F12's sweep of q-FFL's lost q {0.1, 1, 5} (q = 1 is the default)
+    *[Variant(f"qfedavg[q={q}]", "qfedavg", (f"qfedavg.q={q}",)) for q in ("0.1", "1", "5")]]
 ABLATION = register(Preset(
     name="fairgfl-ablation",
     description="FairGFL's components: fair aggregation alone (lambda = 0), the max-loss step "
                 "alone (uniform weights), the true overlaps instead of the estimates, lambda "
-                "swept over {0.01, 0.03, 0.1, 0.3} (spec §3.5, §5), beside FedAvg weighted "
-                "and uniform",
+                "swept over {0.05, 0.1, 0.3, 1} (spec §7.5 F8), beside FedAvg weighted and "
+                "uniform and q-FedAvg at q in {0.1, 1, 5} (F12)",
     variants=ABLATION_VARIANTS,
     datasets=RUNNABLE, metrics=(*FAIRNESS, *ESTIMATION), base=[*BASE, IMBALANCED], seeds=3,
     quick=["rounds=20"], quick_seeds=1, dataset_overrides=DATASET_OVERRIDES,
