@@ -132,3 +132,30 @@ def test_every_fairgfl_row_encodes_at_the_datasets_width():
             if variant.algorithm == "fairgfl":
                 config = cell_config(preset, variant, label, [0], quick=True)
                 assert config.algorithm_options().code_dim == 300, (name, variant.method)
+
+
+def test_a_seed_with_nan_client_losses_is_left_out_of_the_mean_and_counted(tmp_path):
+    """A client whose model diverged leaves its seed's loss variance NaN: the row averages the
+    other seeds, says how many it left out, and its accuracy still counts every seed."""
+    import json
+
+    from graphfed.reproduce.preset import Variant
+    from graphfed.reproduce.runner import Cell, cell_rows, format_ours
+
+    for seed, var in ((0, 0.002), (1, float("nan")), (2, 0.004)):
+        folder = tmp_path / f"seed-{seed}"
+        folder.mkdir()
+        line = {"round": 200, "clients": [], "global_test_acc": 0.8 + seed / 100,
+                "global_test_loss": 0.6, "train_loss_deployed_var": var,
+                "train_loss_deployed_entropy": 3.5 if var == var else var}
+        (folder / "metrics.jsonl").write_text(json.dumps(line) + "\n")
+    variant = Variant("fed-pub", "fed-pub")
+    cell = Cell(variant, "Cora", None, None, tmp_path, {"seeds": [0, 1, 2]})
+    rows = {r["metric"]: r for r in cell_rows(get_preset("fairgfl-utility-fairness"), variant,
+                                                "Cora", [cell], {}, [0, 1, 2], {})}
+    assert rows["loss_var"]["ours_mean"] == pytest.approx(0.003)
+    assert rows["loss_var"]["nan_seeds"] == 1
+    assert format_ours(rows["loss_var"]) == "0.0030 ± 0.0010 (NaN in 1 seed, left out)"
+    assert rows["global_acc"]["ours_mean"] == pytest.approx(0.81)
+    assert rows["global_acc"]["nan_seeds"] == 0 and format_ours(rows["global_acc"]) == \
+        "0.810 ± 0.008"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import multiprocessing
 import os
 import shutil
@@ -41,7 +42,10 @@ from graphfed.reproduce.selection import (
 from graphfed.reproduce.settings import Setting, keep_matching, missing, parse_label, same_dataset
 from graphfed.serialization import read_json, read_metrics
 
-COLUMNS = ("method", "dataset", "metric", "ours_mean", "ours_std", "paper", "select")
+# nan_seeds: how many of a row's seeds recorded NaN (a client whose model diverged leaves its
+# loss, and the measures over every client's loss, NaN) and were left out of its mean
+COLUMNS = ("method", "dataset", "metric", "ours_mean", "ours_std", "paper", "select",
+           "nan_seeds")
 WHOLE_RUN = "run"  # the select value of a number over the whole run (payoffs, bytes, minutes)
 
 
@@ -358,9 +362,11 @@ def cell_rows(preset: Preset, variant: Variant, dataset: str, cells: list[Cell],
         paper = preset.paper.get((variant.method, dataset, metric), "")
         if not values and not paper:
             return
-        mean, std = mean_std(values) if values else (None, None)
+        finite = [v for v in values or [] if not math.isnan(v)]
+        mean, std = mean_std(finite) if finite else (None, None)
         rows.append({"method": variant.method, "dataset": dataset, "metric": metric,
-                     "ours_mean": mean, "ours_std": std, "paper": paper, "select": select})
+                     "ours_mean": mean, "ours_std": std, "paper": paper, "select": select,
+                     "nan_seeds": len(values or []) - len(finite)})
 
     for metric in preset.metrics:
         if metric in ROUND_KEYS:
@@ -413,15 +419,19 @@ def gap(row: dict, tolerance: float = 0.03) -> str:
     return f"{diff:+.3f}" + (" (short)" if diff < -tolerance else "")
 
 
+# metrics a table shows with a fourth decimal: payoffs (shares of a budget of 1 over ~10
+# agents) and FairGFL's loss variances (thousandths)
+FINE = ("payoff_", "loss_var")
+
+
 def format_ours(row: dict) -> str:
-    """``mean ± std``; payoffs (shares of a budget of 1 over ~10 agents) get a fourth decimal."""
+    """``mean ± std``, with seeds left out as NaN counted beside it."""
+    nan = row.get("nan_seeds", 0)
+    left_out = f" (NaN in {nan} seed{'s' if nan > 1 else ''}, left out)" if nan else ""
     if row["ours_mean"] is None:
-        return "–"
-    if row["metric"] in WHOLE_RUN_METRICS:
-        d = WHOLE_RUN_METRICS[row["metric"]]
-        return f"{row['ours_mean']:.{d}f} ± {row['ours_std']:.{d}f}"
-    d = 4 if row["metric"].startswith("payoff_") else 3
-    return f"{row['ours_mean']:.{d}f} ± {row['ours_std']:.{d}f}"
+        return "–" + left_out
+    d = WHOLE_RUN_METRICS.get(row["metric"], 4 if row["metric"].startswith(FINE) else 3)
+    return f"{row['ours_mean']:.{d}f} ± {row['ours_std']:.{d}f}{left_out}"
 
 
 def write_tables(rows: list[dict], out: Path, title: str, notes: str, rule: str) -> None:
