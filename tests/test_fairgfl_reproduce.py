@@ -50,7 +50,8 @@ def test_utility_fairness_preset_keeps_the_interface_contract():
     # beside them: FairGFL without its max-loss step, FedAvg uniform, FGFL's agents' mean
     assert set(methods) - {"fairgfl", "fedavg", "fedgcn", "qfedavg", "fgfl", "fed-pub"} == {
         "fairgfl[lambda=0]", "fedavg[uniform]", "fgfl[mean_of_agents]"}
-    assert preset.metrics == ("global_acc", "global_loss", "loss_var", "loss_entropy")
+    assert preset.metrics == ("global_acc", "global_loss", "client_loss", "loss_var",
+                              "loss_entropy")
     assert {"Cora", "CiteSeer"} <= set(preset.datasets) and preset.report_missing
     assert "eval_train_split=true" in preset.base
 

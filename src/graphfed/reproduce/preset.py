@@ -45,8 +45,9 @@ class Preset:
     groups: dict[str, list[int]] = field(default_factory=dict)  # quality group -> clients
     figures: list[Callable[[list[dict], Path], Path]] = field(default_factory=list)
     notes: str = ""
-    # labels of ``datasets`` may carry settings (``NCI1/k=25``): component -> config key
-    setting_keys: dict[str, str] = field(default_factory=dict)
+    # labels of ``datasets`` may carry settings (``NCI1/k=25``): component -> config key, or
+    # -> {level: overrides} for named levels (``reproduce.settings``)
+    setting_keys: dict[str, str | dict[str, tuple[str, ...]]] = field(default_factory=dict)
     # > 0: every (method, setting) runs once per fold (``partition.fold``), each with all seeds,
     # and its row is over the folds x seeds runs
     folds: int = 0

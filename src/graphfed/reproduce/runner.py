@@ -264,7 +264,8 @@ def _saved_config(path: Path) -> dict | None:
 ROUND_KEYS = {"personalized_acc": "test_acc", "global_acc": "global_test_acc",
               "local_f1": "test_acc", "global_f1": "client_global_test_acc",
               "acc": "test_acc", "acc_best_last_10": "test_acc",
-              "global_loss": "global_test_loss", "loss_var": "train_loss_deployed_var",
+              "global_loss": "global_test_loss", "client_loss": "train_loss_deployed",
+              "loss_var": "train_loss_deployed_var",
               "loss_entropy": "train_loss_deployed_entropy",
               "overall_acc": "test_acc_pooled", "minority_acc": "test_minority_acc_pooled"}
 # a per-round metric whose name fixes its selector, whatever the table's (FedSpray's pooled

@@ -2,8 +2,10 @@
 
 A paper whose table has a column per setting (GPFL's ``NCI1/k=25/alpha=0.5``) labels each one with
 its dataset followed by ``key=value`` components; the preset's ``setting_keys`` maps each key to
-the config key it sets (``k`` -> ``num_clients``). A plain label (``PROTEINS``) is the dataset
-alone. ``--settings k=25`` keeps the labels whose components match.
+the config key it sets (``k`` -> ``num_clients``), or to named levels, each a list of overrides
+(FairGFL's ``overlap=high`` -> three groups of clients with their own overlap coefficients). A
+plain label (``PROTEINS``) is the dataset alone. ``--settings k=25`` keeps the labels whose
+components match.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from graphfed.data.datasets import canonical_name, is_present
 from graphfed.errors import GraphfedError
 
 SEPARATOR = "/"
+# a setting key's target: the config key its value sets, or its named levels' overrides
+SettingKeys = Mapping[str, str | Mapping[str, tuple[str, ...]]]
 
 
 @dataclass(frozen=True)
@@ -26,9 +30,19 @@ class Setting:
     dataset: str  # the dataset it runs on
     components: tuple[tuple[str, str], ...] = ()  # (key, value as written)
 
-    def overrides(self, keys: Mapping[str, str]) -> list[str]:
+    def overrides(self, keys: SettingKeys) -> list[str]:
         """The config overrides the label stands for."""
-        return [f"{keys[key]}={value}" for key, value in self.components]
+        out: list[str] = []
+        for key, value in self.components:
+            target = keys[key]
+            if isinstance(target, str):
+                out.append(f"{target}={value}")
+            elif value in target:
+                out.extend(target[value])
+            else:
+                raise GraphfedError(f"setting {self.label!r}: {key} is one of "
+                                    f"{', '.join(target)}, not {value!r}")
+        return out
 
     @property
     def folder(self) -> str:
@@ -51,7 +65,7 @@ def _value(text: str) -> Any:
         return text
 
 
-def parse_label(label: str, keys: Mapping[str, str]) -> Setting:
+def parse_label(label: str, keys: SettingKeys) -> Setting:
     """The setting a label names; a component whose key the preset does not map is refused."""
     dataset, *parts = label.split(SEPARATOR)
     components = tuple(_pair(p, f"setting {label!r}") for p in parts)
@@ -62,7 +76,7 @@ def parse_label(label: str, keys: Mapping[str, str]) -> Setting:
     return Setting(label, dataset, components)
 
 
-def keep_matching(settings: list[Setting], filters: list[str], keys: Mapping[str, str]
+def keep_matching(settings: list[Setting], filters: list[str], keys: SettingKeys
                   ) -> list[Setting]:
     """The settings every ``key=value`` filter matches (a key given twice matches either
     value); a filter with an unknown key, or one that leaves nothing, is refused."""
