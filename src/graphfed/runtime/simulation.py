@@ -70,12 +70,13 @@ class SimulationRuntime(Runtime):
             except Exception:  # fitting alone, it fails there again and is dropped with why
                 step = None
             trainer = trainer or (ctx.trainer if step is not None else None)
+            data = None if step is None else step.trains_on(ctx.data)
             if (step is None or ctx.trainer is not trainer
-                    or batch_refusal(ctx.trainer, step.trains_on(ctx.data)) is not None):
+                    or batch_refusal(ctx.trainer, data) is not None):
                 alone[c] = m
             else:
                 seed = call_seed(self.seed, rnd, c, "fit")
-                together[c] = (copy, ClientJob(step, step.trains_on(ctx.data), seed))
+                together[c] = (copy, ClientJob(step, data, seed))
         return together, alone
 
     def _fit_together(self, rnd, together):

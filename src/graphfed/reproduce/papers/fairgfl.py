@@ -37,9 +37,6 @@ BASE = ["partition=fairgfl_overlap", "num_clients=40", "model=gcn", "model.layer
         "model.dropout=0.5", "rounds=200", "local_epochs=5", "optimizer.name=sgd",
         "optimizer.lr=0.5", "optimizer.weight_decay=0.0005", "eval_every=10",
         "eval_train_split=true"]
-# Imbalanced overlap, the paper's setting (Table III lists overlapping clients beside clients
-# whose true ratio is 0): a third of the clients hold no shared node, a third a few (c = 2), a
-# third many (c = 4). The group sizes and coefficients are ours (UNKNOWN in the paper).
 def overlap_groups(low: int, high: int) -> str:
     """A third of the clients with no shared node, a third drawing with c = ``low``, a third
     with c = ``high``."""
@@ -47,6 +44,9 @@ def overlap_groups(low: int, high: int) -> str:
             f"{{fraction: 0.33, coefficient: {low}}}, {{fraction: 0.33, coefficient: {high}}}]")
 
 
+# Imbalanced overlap, the paper's setting (Table III lists overlapping clients beside clients
+# whose true ratio is 0): a third of the clients hold no shared node, a third a few (c = 2), a
+# third many (c = 4). The group sizes and coefficients are ours (UNKNOWN in the paper).
 IMBALANCED = overlap_groups(2, 4)
 DATASET_OVERRIDES = {d: [f"model.hidden={HIDDEN[d]}"] for d in DATASETS}
 
