@@ -6,7 +6,7 @@ from pydantic import ValidationError
 from graphfed.data import build_partition, materialize, parse_partition
 from graphfed.data.federated import _node_client, _node_clients
 from graphfed.data.partition.graph import flip_edges
-from graphfed.data.partition.node import metis_adjacency
+from graphfed.data.partition.node import metis_adjacency, metis_split
 from graphfed.errors import GraphfedError
 from tests.conftest import require
 
@@ -51,6 +51,15 @@ def test_metis_parts_are_sorted_balanced_and_refinement_is_an_option(cora):
             assert torch.equal(ids, ids.sort().values)
         every = torch.cat([*artifact.client_ids, artifact.global_test_ids])
         assert torch.equal(every.sort().values, torch.arange(cora.graph.num_nodes))
+
+
+@require("Cora")
+def test_without_a_global_test_metis_splits_the_whole_graph(cora):
+    # the pool is every node: the partition is METIS's split of the graph itself
+    artifact = build_partition(cora, parse_partition({"name": "metis", "global_test": 0}), 8,
+                               seed=0)
+    for ids, part in zip(artifact.client_ids, metis_split(cora.graph, 8, seed=0), strict=True):
+        assert torch.equal(ids, part)
 
 
 def test_metis_reads_each_edge_in_both_directions_once_without_self_loops():
