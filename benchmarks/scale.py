@@ -64,7 +64,9 @@ with open(path, "w") as out:
 
 class MemoryTrace:
     """The resident set sampled from another process (METIS holds the GIL, so a thread here
-    would see nothing while it runs), each sample tagged with the phase running then."""
+    would see nothing while it runs), each sample tagged with the phase running then. A
+    sampler misses peaks shorter than its interval: read small runs' phase peaks as lower
+    bounds."""
 
     def __init__(self, path: str, interval: float = 0.2) -> None:
         self.path = path
@@ -74,13 +76,9 @@ class MemoryTrace:
         self._sampler = subprocess.Popen(
             [sys.executable, "-c", SAMPLER, str(os.getpid()), self._raw, str(interval)])
 
-    @property
-    def phase(self) -> str:
-        return self.phases[-1][1]
-
-    @phase.setter
-    def phase(self, name: str) -> None:
-        self.phases.append((time.time(), name))
+    def enter(self, phase: str) -> None:
+        """Tag the samples from now on with ``phase``."""
+        self.phases.append((time.time(), phase))
 
     def finish(self) -> None:
         self._sampler.terminate()
@@ -116,18 +114,18 @@ def trace_metis(trace: MemoryTrace) -> None:
 
     def traced(num_parts, adjacency, **kwargs):
         trace.metis_entries = len(adjacency.adjacent)
-        trace.phase = "metis"
+        trace.enter("metis")
         try:
             return part_graph(num_parts, adjacency, **kwargs)
         finally:
-            trace.phase = "partition"
+            trace.enter("partition")
 
     pymetis.part_graph = traced
 
 
 def mark(trace: MemoryTrace | None, phase: str) -> None:
     if trace:
-        trace.phase = phase
+        trace.enter(phase)
 
 
 def main() -> None:
