@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from graphfed.config import OptimizerOptions, load_config
 from graphfed.experiment import build_federation
-from graphfed.models.dropout import keyed_keep
+from graphfed.models.dropout import dropout, keyed, keyed_keep
 from graphfed.runtime import simulation
 from graphfed.seeding import call_seed
 from graphfed.training import batched
@@ -169,6 +169,24 @@ def test_keyed_masks_keep_the_rate_and_differ_between_keys_and_calls():
                   keyed_keep(torch.tensor(7, dtype=torch.int32), 2, shape, 0.3)):
         # independent masks agree where both keep or both drop: 0.7^2 + 0.3^2
         assert (one == other).float().mean().item() == pytest.approx(0.58, abs=0.01)
+
+
+@pytest.mark.parametrize("clients", [1, 64, 4096])
+def test_keyed_dropout_hashed_in_chunks_is_each_clients_whole_mask(clients):
+    # 64 and 4096 clients make the chunks 1,024 elements: 3 chunks of this 2,500-element
+    # tensor, the last one short; the vmap runs 3 clients whatever the chunk size says
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(3, 50, 50, generator=gen)
+    keys = torch.tensor([4, 5, 6], dtype=torch.int32)
+
+    def drop(key, features):
+        with keyed(key, 2, clients=clients):
+            return dropout(features, 0.25, True)
+
+    out = torch.vmap(drop)(keys, x)
+    for c in range(3):
+        mask = keyed_keep(keys[c], 2 * 1024 + 1, torch.Size([50, 50]), 0.25)
+        assert torch.equal(out[c], x[c] * mask / 0.75)
 
 
 @pytest.mark.parametrize("options", [

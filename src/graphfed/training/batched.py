@@ -309,7 +309,7 @@ def stacked_forward(model, live: Params, keys: Tensor | None, step: int, inputs:
         return vmap(plain, in_dims=(0, *data_dims))(live, *inputs)
 
     def one(params, key, nonzeros, *args):
-        with keyed(key, step, nonzeros):
+        with keyed(key, step, nonzeros, clients=len(keys)):
             return functional_call(model, params, args)
 
     return vmap(one, in_dims=(0, 0, None if feature_nonzeros is None else 0, *data_dims))(
