@@ -51,7 +51,7 @@ def test_utility_fairness_preset_keeps_the_interface_contract():
     assert set(methods) - {"fairgfl", "fedavg", "fedgcn", "qfedavg", "fgfl", "fed-pub"} == {
         "fairgfl[lambda=0]", "fedavg[uniform]", "fgfl[mean_of_agents]"}
     assert preset.metrics == ("global_acc", "global_loss", "client_loss", "loss_var",
-                              "loss_entropy")
+                              "loss_entropy", "loss_max")
     assert {"Cora", "CiteSeer"} <= set(preset.datasets) and preset.report_missing
     assert "eval_train_split=true" in preset.base
 
@@ -138,6 +138,7 @@ def test_a_seed_with_nan_client_losses_is_left_out_of_the_mean_and_counted(tmp_p
     """A client whose model diverged leaves its seed's loss variance NaN: the row averages the
     other seeds, says how many it left out, and its accuracy still counts every seed."""
     import json
+    import math
 
     from graphfed.reproduce.preset import Variant
     from graphfed.reproduce.runner import Cell, cell_rows, format_ours
@@ -146,7 +147,9 @@ def test_a_seed_with_nan_client_losses_is_left_out_of_the_mean_and_counted(tmp_p
     for seed, var, entropy in ((0, 0.002, 3.5), (1, nan, nan), (2, 0.004, 3.5)):
         folder = tmp_path / f"seed-{seed}"
         folder.mkdir()
-        line = {"round": 200, "clients": [], "global_test_acc": 0.8 + seed / 100,
+        clients = [{"client": 0, "train_loss_deployed": 0.1 + seed / 100},
+                   {"client": 1, "train_loss_deployed": var if math.isnan(var) else 0.05}]
+        line = {"round": 200, "clients": clients, "global_test_acc": 0.8 + seed / 100,
                 "global_test_loss": 0.6, "train_loss_deployed_var": var,
                 "train_loss_deployed_entropy": entropy}
         (folder / "metrics.jsonl").write_text(json.dumps(line) + "\n")
@@ -157,6 +160,9 @@ def test_a_seed_with_nan_client_losses_is_left_out_of_the_mean_and_counted(tmp_p
     assert rows["loss_var"]["ours_mean"] == pytest.approx(0.003)
     assert rows["loss_var"]["nan_seeds"] == 1
     assert format_ours(rows["loss_var"]) == "0.0030 ± 0.0010 (NaN in 1 seed, left out)"
+    # the worst client's loss: 0.10 and 0.12, and NaN where a client diverged
+    assert rows["loss_max"]["ours_mean"] == pytest.approx(0.11)
+    assert rows["loss_max"]["nan_seeds"] == 1
     assert rows["global_acc"]["ours_mean"] == pytest.approx(0.81)
     assert rows["global_acc"]["nan_seeds"] == 0 and format_ours(rows["global_acc"]) == \
         "0.810 ± 0.008"

@@ -277,6 +277,10 @@ WHOLE_RUN_METRICS = {"ego_mib": 1, "param_mib": 1, "minutes": 1, "seconds_per_ro
                      "model_bytes": 0, "feature_bytes": 0, "link_bytes": 0, "extra_ratio": 4}
 
 
+# a per-round metric that is the worst of the clients' values in the selected round -> the
+# per-client key it reads (the worst client's loss: the measure AFL minimises, q-FFL's limit)
+CLIENT_WORST = {"loss_max": "train_loss_deployed"}
+
 # numbers the server records each round, reported from the last round that has them
 SERVER_RECORDS = ("overlap_rank_corr", "separation_auc", "node_ratio_mae")
 
@@ -285,6 +289,15 @@ def last_server_record(cell: Cell, seed: int, key: str) -> float | None:
     values = [line["server"][key] for line in seed_lines(cell, seed)
               if key in line.get("server", {})]
     return values[-1] if values else None
+
+
+def worst_client(line: dict, key: str) -> float | None:
+    """The largest per-client ``key`` of a round's line: NaN if any client's is NaN (a
+    diverged client is the worst), None if no client reports it."""
+    values = [c[key] for c in line.get("clients", []) if key in c]
+    if not values:
+        return None
+    return float("nan") if any(math.isnan(v) for v in values) else max(values)
 
 
 def seed_round(cell: Cell, seed: int, key: str, rule: str) -> dict:
@@ -374,6 +387,11 @@ def cell_rows(preset: Preset, variant: Variant, dataset: str, cells: list[Cell],
             key, chosen = ROUND_KEYS[metric], FIXED_RULES.get(metric, rule)
             values = [seed_round(c, s, key, chosen).get(key) for c in cells for s in c.seeds]
             add(metric, None if None in values else values, chosen)
+        elif metric in CLIENT_WORST:
+            key = CLIENT_WORST[metric]
+            values = [worst_client(seed_round(c, s, key, rule), key) for c in cells
+                      for s in c.seeds]
+            add(metric, None if None in values else values)
         elif metric == "gradient_fairness":
             values = _fairness(cells, references, vectors, fairness_on, rule)
             if values is not None or not cells:

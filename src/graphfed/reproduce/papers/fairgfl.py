@@ -186,20 +186,21 @@ UTILITY_FAIRNESS = register(Preset(
                 "entropy of the clients' training losses under the deployed model, 40 "
                 "overlapping clients",
     variants=METHODS, datasets=list(DATASETS),
-    metrics=("global_acc", "global_loss", "client_loss", "loss_var", "loss_entropy"),
+    metrics=("global_acc", "global_loss", "client_loss", "loss_var", "loss_entropy",
+             "loss_max"),
     base=[*BASE, IMBALANCED], seeds=3,
     quick=["rounds=20"], quick_seeds=1, dataset_overrides=DATASET_OVERRIDES,
     cell_overrides=encoded_widths(METHODS), report_missing=True,
     figures=[round_curves],
     notes="40 clients in three overlap groups (a third none, a third c = 2, a third c = 4). Final"
-          " round, mean over seeds. client_loss / loss_var / loss_entropy: the mean, population "
-          "variance and entropy (natural log, at most log 40 = 3.689) of the 40 clients' mean "
-          "training losses under the model each deploys (the global model; FED-PUB: its "
-          "personalised ones). global_acc / global_loss: the server's global model on the held-"
-          "out global test graph (FED-PUB: its mean model; FGFL: its accumulated global model, "
-          "fgfl[mean_of_agents]: the mean of its agents' models). FGFL's agents deploy their own "
-          "rewarded models, so its loss variance is theirs. The paper prints these as curves "
-          "only."))
+          " round, mean over seeds. client_loss / loss_var / loss_entropy / loss_max: the mean, "
+          "population variance, entropy (natural log, at most log 40 = 3.689) and largest of "
+          "the 40 clients' mean training losses under the model each deploys (the global "
+          "model; FED-PUB: its personalised ones). global_acc / global_loss: the server's "
+          "global model on the held-out global test graph (FED-PUB: its mean model; FGFL: its "
+          "accumulated global model, fgfl[mean_of_agents]: the mean of its agents' models). "
+          "FGFL's agents deploy their own rewarded models, so its loss variance is theirs. The "
+          "paper prints these as curves only."))
 
 
 # ------------------------------------------------------------------ Table III
@@ -255,7 +256,7 @@ TABLE3 = register(Preset(
 
 # ------------------------------------------------------------------ Figs. 2-3, 7, 8, 10
 
-FAIRNESS = ("global_acc", "global_loss", "client_loss", "loss_var", "loss_entropy")
+FAIRNESS = ("global_acc", "global_loss", "client_loss", "loss_var", "loss_entropy", "loss_max")
 
 
 def fairness_bars(rows: list[dict], out: Path) -> Path:
