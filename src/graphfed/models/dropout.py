@@ -45,12 +45,22 @@ def _fmix32(h: Tensor) -> Tensor:
     return h
 
 
-def keyed_keep(key: Tensor, salt: int, shape: torch.Size, p: float) -> Tensor:
+# elements hashed at once across all the clients of a vmapped call (``keyed_keep``)
+CHUNK = 1 << 16
+
+
+def keyed_keep(key: Tensor, salt: int, shape: torch.Size, p: float, clients: int = 1) -> Tensor:
     """A keep-mask (each element kept with probability 1 - p) for ``shape`` from ``key`` (an
     int32 tensor, a per-client scalar under vmap) and ``salt`` (which call this is): element
-    i's 24-bit hash of (key, salt, i) against p * 2**24."""
-    index = torch.arange(shape.numel(), device=key.device, dtype=torch.int32).view(shape)
-    return _keep_at(key, salt, index, p)
+    i's 24-bit hash of (key, salt, i) against p * 2**24. Hashed ``CHUNK`` elements at a time
+    across the ``clients`` of a vmapped call, so the hash's temporaries stay in cache instead
+    of streaming through memory a dozen times; the bits do not depend on the chunking."""
+    count = shape.numel()
+    size = max(1024, CHUNK // clients)
+    masks = [_keep_at(key, salt, torch.arange(start, min(start + size, count),
+                                              dtype=torch.int32, device=key.device), p)
+             for start in range(0, count, size)]
+    return (masks[0] if len(masks) == 1 else torch.cat(masks)).view(shape)
 
 
 def _keep_at(key: Tensor, salt: int, index: Tensor, p: float) -> Tensor:
@@ -59,12 +69,6 @@ def _keep_at(key: Tensor, salt: int, index: Tensor, p: float) -> Tensor:
     h = _fmix32(index * GOLDEN + base)
     h &= 0xFFFFFF
     return h >= round(p * (1 << 24))
-
-
-# elements hashed at once across all the clients of a vmapped call: the hash's dozen passes then
-# run over temporaries that stay in the CPU's cache, about four times faster than one pass each
-# over a tensor of millions (the same bits: every element's hash depends on its index alone)
-CHUNK = 1 << 16
 
 
 @dataclass
@@ -118,7 +122,9 @@ def dropout(x: Tensor | PaddedCsr, p: float, training: bool, on_features: bool =
     salt = _next_salt(keys)
     if on_features and keys.feature_nonzeros is not None:
         return _dropout_at(x, keys.keys, salt, keys.feature_nonzeros, p)
-    return _keyed_dropout(x, keys, salt, p)
+    # only the mask is chunked: a product of slices would make autograd's backward write a
+    # whole-size gradient per slice
+    return x * keyed_keep(keys.keys, salt, x.shape, p, keys.clients) / (1.0 - p)
 
 
 def _next_salt(keys: _Keys) -> int:
@@ -127,26 +133,12 @@ def _next_salt(keys: _Keys) -> int:
     return keys.step * 1024 + keys.site
 
 
-def _keyed_dropout(x: Tensor, keys: _Keys, salt: int, p: float) -> Tensor:
-    """``x * keyed_keep(...) / (1 - p)`` with the mask hashed a chunk of elements at a time
-    (``CHUNK`` across the clients): the same values bit for bit. Only the mask is chunked: a
-    product of slices would make autograd's backward write a whole-size gradient per slice."""
-    count = x.numel()
-    size = max(1024, CHUNK // keys.clients)
-    masks = [_keep_at(keys.keys, salt, torch.arange(start, min(start + size, count),
-                                                     dtype=torch.int32, device=x.device), p)
-             for start in range(0, count, size)]
-    keep = masks[0] if len(masks) == 1 else torch.cat(masks)
-    return x * keep.view(x.shape) / (1.0 - p)
-
-
 def _dropout_at(x: Tensor, key: Tensor, salt: int, positions: Tensor, p: float) -> Tensor:
     """The keyed dropout of ``x`` where every element outside ``positions`` is zero: the mask
     hashed at ``positions`` only (elsewhere it multiplies zeros, so its value is moot). Only
     the non-zeros are multiplied, then put in place into zeros: no dense mask, no dense product,
     no copy of the output (an out-of-place scatter under vmap copies it; ``index_put_``, unlike
-    ``scatter_``, has a batching rule); the same values bit for bit, in about a fifth of the
-    time on Cora's padded clients."""
+    ``scatter_``, has a batching rule); the same values bit for bit."""
     keep = _keep_at(key, salt, positions.to(torch.int32), p)
     flat = x.reshape(-1)
     kept = flat.gather(0, positions) * keep / (1.0 - p)
