@@ -258,7 +258,6 @@ TABLE3 = register(Preset(
 # ------------------------------------------------------------------ Figs. 2-3, 7, 8, 10
 
 
-
 def fairness_bars(rows: list[dict], out: Path) -> Path:
     """Accuracy and the loss variance of every (setting, method) row."""
     return metric_bars(rows, out / "bars.png", ("global_acc", "loss_var"),
