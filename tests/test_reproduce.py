@@ -8,6 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from graphfed.cli import app
+from graphfed.cli.common import split_ids
 from graphfed.errors import GraphfedError
 from graphfed.reproduce import get_preset, reproduce
 from graphfed.reproduce.runner import COLUMNS, select
@@ -67,6 +68,15 @@ def test_unknown_methods_and_datasets_are_named():
         select(preset, ["fgfl", "nope"], None)
     with pytest.raises(GraphfedError, match="covers"):
         select(preset, None, ["Cora"])
+
+
+def test_method_ids_split_at_commas_outside_brackets():
+    assert split_ids("fairgfl[eps_v=1,eps_e=0.5], fedavg,,gcfl+") == [
+        "fairgfl[eps_v=1,eps_e=0.5]", "fedavg", "gcfl+"]
+    assert split_ids("") is None
+    variants, _ = select(get_preset("fairgfl-privacy"),
+                         split_ids("fairgfl[eps_v=8,eps_e=1],fairgfl[eps_v=1,eps_e=4]"), None)
+    assert [v.method for v in variants] == ["fairgfl[eps_v=8,eps_e=1]", "fairgfl[eps_v=1,eps_e=4]"]
 
 
 def test_cli_rejects_an_unknown_preset():

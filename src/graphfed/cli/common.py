@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
@@ -60,6 +61,14 @@ def check_plot_path(path: Path) -> None:
     if not folder.is_dir() or not os.access(folder, os.W_OK):
         reason = "is not a directory" if not folder.is_dir() else "is not writable"
         fail(f"--plot {path}: {folder} {reason}")
+
+
+def split_ids(text: str | None) -> list[str] | None:
+    """Comma-separated ids, a comma inside brackets kept: ``fairgfl[eps_v=1,eps_e=1],fedavg``
+    is two ids (variant ids carry their overrides in brackets)."""
+    if not text:
+        return None
+    return [t.strip() for t in re.split(r",(?![^\[\]]*\])", text) if t.strip()] or None
 
 
 def split_args(args: list[str]) -> tuple[str | None, list[str]]:

@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from graphfed.cli.common import console, errors, readable
+from graphfed.cli.common import console, errors, readable, split_ids
 
 
 @readable
@@ -60,10 +60,8 @@ def reproduce(
                 console.print(f"  folds: {preset.folds}, repeats: {preset.seeds}",
                               highlight=False)
         return
-    def split(text):
-        return ([t.strip() for t in text.split(",") if t.strip()] if text else None)
-    filters = [*(settings or ()), *(f"backbone={b}" for b in split(backbones) or ())]
-    out_dir, rows, skipped = run_preset(name, split(methods), split(datasets), seeds, quick,
+    filters = [*(settings or ()), *(f"backbone={b}" for b in split_ids(backbones) or ())]
+    out_dir, rows, skipped = run_preset(name, split_ids(methods), split_ids(datasets), seeds, quick,
                                         out, progress=not quiet, fairness_on=fairness_on,
                                         overrides=tuple(set_ or ()), selector=select,
                                         jobs=jobs, settings=filters or None, folds=folds)
