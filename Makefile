@@ -20,8 +20,11 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(VENV)/bin/graphfed run configs/quickstart.yaml
 
+# the suite in TEST_WORKERS processes (pytest-xdist), a test file each at a time, the longest
+# files first (tests/conftest.py); TEST_WORKERS=0 runs it in this one process
+TEST_WORKERS ?= 2
 test: setup
-	$(VENV)/bin/python -m pytest
+	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # ruff, and the import contracts of pyproject.toml (the layers; a new import cycle fails)
 lint: setup

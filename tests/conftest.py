@@ -11,7 +11,34 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("GRAPHFED_DATA", str((REPO / ".." / "shared" / "datasets").resolve()))
-os.environ.setdefault("GRAPHFED_CACHE", str(REPO / ".cache" / "graphfed"))
+# each pytest-xdist worker processes datasets into a cache of its own: PyG writes a dataset's
+# processed files in place, and two workers building the same one at once would race
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+os.environ.setdefault("GRAPHFED_CACHE",
+                      str(REPO / ".cache" / (f"graphfed-{_WORKER}" if _WORKER else "graphfed")))
+if _WORKER:  # one CPU thread a worker (and for what it starts): OpenMP threads that outnumber the
+    # cores spin against each other and cost more than the workers gain
+    os.environ["OMP_NUM_THREADS"] = "1"
+
+
+# the longest files (real Flower processes, full trainings) are handed out first, so that under
+# `pytest -n 2 --dist loadfile` no worker is left with one of them after the other is done
+LONGEST_FIRST = ("test_flower_deployment.py", "test_flower.py", "test_experiment.py")
+
+
+def pytest_configure(config) -> None:
+    if _WORKER:
+        import torch
+
+        torch.set_num_threads(1)
+
+
+def pytest_collection_modifyitems(config, items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        name = item.path.name
+        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: the order within and after the longest files is kept
 
 
 # what an algorithm needs beyond its defaults in a two-round test run: a smaller generator and
