@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from graphfed.config import OptimizerOptions, load_config
 from graphfed.experiment import build_federation
-from graphfed.models.dropout import dropout, keyed, keyed_keep
+from graphfed.models.dropout import dropout, keyed, keyed_keep, keyed_keep_at
 from graphfed.runtime import simulation
 from graphfed.seeding import call_seed
 from graphfed.training import batched
@@ -169,6 +169,18 @@ def test_keyed_masks_keep_the_rate_and_differ_between_keys_and_calls():
                   keyed_keep(torch.tensor(7, dtype=torch.int32), 2, shape, 0.3)):
         # independent masks agree where both keep or both drop: 0.7^2 + 0.3^2
         assert (one == other).float().mean().item() == pytest.approx(0.58, abs=0.01)
+    # one hash serves two neighbours: their bits are independent all the same
+    assert (one.flatten()[0::2] == one.flatten()[1::2]).float().mean().item() == pytest.approx(
+        0.58, abs=0.01)
+
+
+def test_keyed_bits_at_given_positions_are_those_of_the_whole_mask():
+    """``keyed_keep_at`` (sparse features: the non-zeros' positions only) gives each position the
+    bit the whole mask gives it, at odd and even positions and past an odd length."""
+    key, shape = torch.tensor(11, dtype=torch.int32), torch.Size([37, 29])
+    whole = keyed_keep(key, 3, shape, 0.4).flatten()
+    positions = torch.randperm(shape.numel(), generator=torch.Generator().manual_seed(0))[:500]
+    assert torch.equal(keyed_keep_at(key, 3, positions.to(torch.int32), 0.4), whole[positions])
 
 
 @pytest.mark.parametrize("clients", [1, 64, 4096])

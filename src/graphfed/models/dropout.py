@@ -52,23 +52,41 @@ CHUNK = 1 << 16
 def keyed_keep(key: Tensor, salt: int, shape: torch.Size, p: float, clients: int = 1) -> Tensor:
     """A keep-mask (each element kept with probability 1 - p) for ``shape`` from ``key`` (an
     int32 tensor, a per-client scalar under vmap) and ``salt`` (which call this is): element
-    i's 24-bit hash of (key, salt, i) against p * 2**24. Hashed ``CHUNK`` elements at a time
-    across the ``clients`` of a vmapped call, so the hash's temporaries stay in cache instead
-    of streaming through memory a dozen times; the bits do not depend on the chunking."""
+    i's 16 bits of the hash of (key, salt, i // 2) against p * 2**16 (``keyed_keep_at``), so one
+    hash serves two elements. Hashed ``CHUNK`` elements at a time across the ``clients`` of a
+    vmapped call, so the hash's temporaries stay in cache instead of streaming through memory
+    a dozen times; the bits do not depend on the chunking."""
     count = shape.numel()
-    size = max(1024, CHUNK // clients)
-    masks = [_keep_at(key, salt, torch.arange(start, min(start + size, count),
-                                              dtype=torch.int32, device=key.device), p)
-             for start in range(0, count, size)]
-    return (masks[0] if len(masks) == 1 else torch.cat(masks)).view(shape)
+    size = max(1024, CHUNK // clients) // 2  # pairs of elements a chunk
+    threshold = _threshold(p)
+    base = _base(key, salt)
+    masks = []
+    for start in range(0, (count + 1) // 2, size):
+        pairs = torch.arange(start, min(start + size, (count + 1) // 2), dtype=torch.int32,
+                             device=key.device)
+        h = _fmix32(pairs * GOLDEN + base)
+        masks.append(torch.stack(((h & 0xFFFF) >= threshold,
+                                  ((h >> 16) & 0xFFFF) >= threshold), -1).flatten(-2))
+    keep = masks[0] if len(masks) == 1 else torch.cat(masks, -1)
+    return keep[..., :count].reshape(*keep.shape[:-1], *shape)
 
 
-def _keep_at(key: Tensor, salt: int, index: Tensor, p: float) -> Tensor:
-    """``keyed_keep``'s bits at the flat element positions ``index`` (int32) only."""
-    base = _fmix32(key ^ _int32((salt * SALT) & MASK32))
-    h = _fmix32(index * GOLDEN + base)
-    h &= 0xFFFFFF
-    return h >= round(p * (1 << 24))
+def _threshold(p: float) -> int:
+    """p on the 16-bit scale the hashes are compared on (exact for p = k / 2**16: 0.5, 0.25)."""
+    return round(p * (1 << 16))
+
+
+def _base(key: Tensor, salt: int) -> Tensor:
+    return _fmix32(key ^ _int32((salt * SALT) & MASK32))
+
+
+def keyed_keep_at(key: Tensor, salt: int, index: Tensor, p: float) -> Tensor:
+    """``keyed_keep``'s bits at the flat element positions ``index`` (int32) only: element i
+    takes the low 16 bits of its pair's hash when i is even, the high 16 when it is odd."""
+    h = _fmix32((index >> 1) * GOLDEN + _base(key, salt))
+    h >>= (index & 1) * 16
+    h &= 0xFFFF
+    return h >= _threshold(p)
 
 
 @dataclass
@@ -113,7 +131,7 @@ def dropout(x: Tensor | PaddedCsr, p: float, training: bool, on_features: bool =
     if isinstance(x, PaddedCsr):
         if keys is None:
             return x.with_values(dropout(x.values, p, training))
-        return x.with_values(x.values * _keep_at(keys.keys, _next_salt(keys),
+        return x.with_values(x.values * keyed_keep_at(keys.keys, _next_salt(keys),
                                                  x.positions.to(torch.int32), p) / (1.0 - p))
     if is_csr(x):
         return with_values(x, dropout(x.values(), p, training))
@@ -139,7 +157,7 @@ def _dropout_at(x: Tensor, key: Tensor, salt: int, positions: Tensor, p: float) 
     the non-zeros are multiplied, then put in place into zeros: no dense mask, no dense product,
     no copy of the output (an out-of-place scatter under vmap copies it; ``index_put_``, unlike
     ``scatter_``, has a batching rule); the same values bit for bit."""
-    keep = _keep_at(key, salt, positions.to(torch.int32), p)
+    keep = keyed_keep_at(key, salt, positions.to(torch.int32), p)
     flat = x.reshape(-1)
     kept = flat.gather(0, positions) * keep / (1.0 - p)
     return torch.zeros_like(flat).index_put_((positions,), kept).view(x.shape)
