@@ -6,6 +6,8 @@ parallel-cells target), each into a fresh output folder, and whether the two tab
 
 ends with ``RESULT case=<preset> jobs=<N> one_s=<s> many_s=<s> ratio=<many/one>
 same_table=<true|false>``. Run it on an idle machine: the two runs are timed one after the other.
+A preset whose table reports run time (``minutes``, ``seconds_per_round``) never has the same
+table twice; pick one that does not.
 """
 
 from __future__ import annotations

@@ -26,14 +26,14 @@ if _WORKER:  # one CPU thread a worker (and for what it starts): OpenMP threads 
 LONGEST_FIRST = ("test_flower_deployment.py", "test_flower.py", "test_experiment.py")
 
 
-def pytest_configure(config) -> None:
+def pytest_configure(config: pytest.Config) -> None:
     if _WORKER:
         import torch
 
         torch.set_num_threads(1)
 
 
-def pytest_collection_modifyitems(config, items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     def rank(item: pytest.Item) -> int:
         name = item.path.name
         return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)

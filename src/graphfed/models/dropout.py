@@ -57,18 +57,18 @@ def keyed_keep(key: Tensor, salt: int, shape: torch.Size, p: float, clients: int
     vmapped call, so the hash's temporaries stay in cache instead of streaming through memory
     a dozen times; the bits do not depend on the chunking."""
     count = shape.numel()
+    pairs = (count + 1) // 2
     size = max(1024, CHUNK // clients) // 2  # pairs of elements a chunk
-    threshold = _threshold(p)
-    base = _base(key, salt)
+    threshold, base = _threshold(p), _base(key, salt)
     masks = []
-    for start in range(0, (count + 1) // 2, size):
-        pairs = torch.arange(start, min(start + size, (count + 1) // 2), dtype=torch.int32,
+    for start in range(0, pairs, size):
+        index = torch.arange(start, min(start + size, pairs), dtype=torch.int32,
                              device=key.device)
-        h = _fmix32(pairs * GOLDEN + base)
+        h = _fmix32(index * GOLDEN + base)
         masks.append(torch.stack(((h & 0xFFFF) >= threshold,
-                                  ((h >> 16) & 0xFFFF) >= threshold), -1).flatten(-2))
-    keep = masks[0] if len(masks) == 1 else torch.cat(masks, -1)
-    return keep[..., :count].reshape(*keep.shape[:-1], *shape)
+                                  ((h >> 16) & 0xFFFF) >= threshold), -1).flatten())
+    keep = masks[0] if len(masks) == 1 else torch.cat(masks)
+    return keep[:count].view(shape)
 
 
 def _threshold(p: float) -> int:
@@ -77,6 +77,7 @@ def _threshold(p: float) -> int:
 
 
 def _base(key: Tensor, salt: int) -> Tensor:
+    """The hash's per-call offset: (key, salt) mixed once, then added to every pair index."""
     return _fmix32(key ^ _int32((salt * SALT) & MASK32))
 
 
