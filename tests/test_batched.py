@@ -153,11 +153,16 @@ def test_clients_of_very_different_sizes_train_in_separate_stacks(monkeypatch):
     # MUTAG's Dirichlet clients differ enough (fedavg-graph-full-batch above trains them so)
     assert len(groups) > 1, sizes
     stacked = []
-    monkeypatch.setattr(batched, "_train_group", lambda trainer, group, *a: stacked.append(
-        [id(j) for j in group]) or [(j.step.params, None) for j in group])
-    results = train_together(trainer, jobs, 1, None)
-    assert stacked == [[id(jobs[k]) for k in g] for g in groups]
+    monkeypatch.setattr(batched, "_train_group", lambda trainer, group, *a, **kw: stacked.append(
+        ([id(j) for j in group], kw.get("joined", False))) or [(j.step.params, None)
+                                                              for j in group])
+    results = train_together(trainer, jobs, 1, None, joined=False)  # the padded layout
+    assert stacked == [([id(jobs[k]) for k in g], False) for g in groups]
     assert all(r[0] is j.step.params for r, j in zip(results, jobs, strict=True))
+    # on the CPU a GIN's graph-level clients are joined, unpadded: one stack for all
+    stacked.clear()
+    train_together(trainer, jobs, 1, None)
+    assert stacked == [([id(j) for j in jobs], True)]
 
 
 def test_keyed_masks_keep_the_rate_and_differ_between_keys_and_calls():

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from graphfed.models.rows import Rows
 from graphfed.models.sparse import PaddedCsr, is_csr, with_values
 
 MASK32 = 0xFFFFFFFF
@@ -84,10 +85,37 @@ def _base(key: Tensor, salt: int) -> Tensor:
 def keyed_keep_at(key: Tensor, salt: int, index: Tensor, p: float) -> Tensor:
     """``keyed_keep``'s bits at the flat element positions ``index`` (int32) only: element i
     takes the low 16 bits of its pair's hash when i is even, the high 16 when it is odd."""
-    h = _fmix32((index >> 1) * GOLDEN + _base(key, salt))
+    return _bits_at(_base(key, salt), index, p)
+
+
+def _bits_at(base: Tensor, index: Tensor, p: float) -> Tensor:
+    """The keep bits of the elements at flat positions ``index`` whose hashes start from
+    ``base`` (one offset, or one per element, broadcast)."""
+    h = _fmix32((index >> 1) * GOLDEN + base)
     h >>= (index & 1) * 16
     h &= 0xFFFF
     return h >= _threshold(p)
+
+
+def keyed_keep_rows(keys: Tensor, salt: int, rows: Rows, shape: torch.Size, p: float
+                    ) -> Tensor:
+    """The keep-mask of a joined tensor (``shape``, its rows owned as ``rows`` says): each
+    client's rows get, bit for bit, the mask ``keyed_keep(keys[k], salt, ...)`` gives the first
+    rows of that client's own tensor, so the joined and the padded layouts drop the same
+    elements. With an even row width a row holds whole pairs and one hash serves two
+    elements, as there."""
+    width = shape[1:].numel()
+    base = _base(keys, salt)[rows.owner].view(-1, 1)
+    local = rows.local.to(torch.int32).view(-1, 1)
+    if width % 2:
+        index = local * width + torch.arange(width, dtype=torch.int32, device=keys.device)
+        return _bits_at(base, index, p).view(shape)
+    pairs = local * (width // 2) + torch.arange(width // 2, dtype=torch.int32,
+                                                 device=keys.device)
+    h = _fmix32(pairs * GOLDEN + base)
+    threshold = _threshold(p)
+    return torch.stack(((h & 0xFFFF) >= threshold, ((h >> 16) & 0xFFFF) >= threshold),
+                       -1).view(shape)
 
 
 @dataclass
@@ -97,6 +125,7 @@ class _Keys:
     site: int = 0
     feature_nonzeros: Tensor | None = None
     clients: int = 1
+    rows: dict[int, Rows] | None = None
 
 
 _ACTIVE: ContextVar[_Keys | None] = ContextVar("graphfed_dropout_keys", default=None)
@@ -104,13 +133,15 @@ _ACTIVE: ContextVar[_Keys | None] = ContextVar("graphfed_dropout_keys", default=
 
 @contextmanager
 def keyed(keys: Tensor, step: int, feature_nonzeros: Tensor | None = None,
-          clients: int = 1) -> Iterator[None]:
+          clients: int = 1, rows: dict[int, Rows] | None = None) -> Iterator[None]:
     """Draw the masks of this training step (``step``) from ``keys``. ``feature_nonzeros``:
     the flat positions of the input features' non-zeros (any padding pointing at a zero), so
     the dropout on the features hashes those positions only. ``clients``: how many clients
     the surrounding vmap runs (it sizes the chunks hashed at once; the masks do not depend
-    on it)."""
-    token = _ACTIVE.set(_Keys(keys, step, feature_nonzeros=feature_nonzeros, clients=clients))
+    on it). ``rows``: the joined layout (no vmap; ``keys`` holds every client's key), the
+    owners of a joined tensor's rows by its row count."""
+    token = _ACTIVE.set(_Keys(keys, step, feature_nonzeros=feature_nonzeros, clients=clients,
+                              rows=rows))
     try:
         yield
     finally:
@@ -139,6 +170,8 @@ def dropout(x: Tensor | PaddedCsr, p: float, training: bool, on_features: bool =
     if keys is None:
         return x * (torch.rand_like(x) >= p) / (1.0 - p)
     salt = _next_salt(keys)
+    if keys.rows is not None:
+        return x * keyed_keep_rows(keys.keys, salt, keys.rows[x.size(0)], x.shape, p) / (1.0 - p)
     if on_features and keys.feature_nonzeros is not None:
         return _dropout_at(x, keys.keys, salt, keys.feature_nonzeros, p)
     # only the mask is chunked: a product of slices would make autograd's backward write a

@@ -34,11 +34,11 @@ from graphfed.training.batched import (
     step_size,
 )
 from graphfed.training.batches import (
-    GraphBatch,
     PreparedClient,
     PreparedGraphClient,
     PreparedNodeClient,
 )
+from graphfed.training.joined import join_graph_batches
 from graphfed.training.trainer import Trainer
 
 # how many (parameter set x global-test node) rows one pass over the global test set may hold
@@ -124,22 +124,6 @@ def _joined_node_outputs(trainer: Trainer, params: Params, clients: list[Prepare
             for c, start in zip(clients, starts, strict=True)]
 
 
-def _join_graphs(batches: list[GraphBatch]) -> tuple[tuple, list[int]]:
-    """Mini-batches of whole graphs as one batch; where each one's graphs start."""
-    nodes, graphs = [0], [0]
-    for b in batches[:-1]:
-        nodes.append(nodes[-1] + len(b.x))
-        graphs.append(graphs[-1] + b.num_graphs)
-    pairs = list(zip(batches, nodes, graphs, strict=True))
-    weight = (None if batches[0].edge_weight is None
-              else torch.cat([b.edge_weight for b in batches]))
-    inputs = (torch.cat([b.x for b in batches]),
-              torch.cat([b.edge_index + n for b, n, _ in pairs], 1),
-              torch.cat([b.batch + g for b, _, g in pairs]),
-              graphs[-1] + batches[-1].num_graphs, weight)
-    return inputs, graphs
-
-
 def _joined_graph_outputs(trainer: Trainer, params: Params, clients: list[PreparedGraphClient],
                           cache: dict) -> list[Outputs]:
     outputs: list[Outputs] = [{} for _ in clients]
@@ -150,7 +134,7 @@ def _joined_graph_outputs(trainer: Trainer, params: Params, clients: list[Prepar
         batches = [clients[k].splits[split].all() for k in holders]
         inputs, starts = cached_for(cache.setdefault(split, {}),
                                  tuple(id(clients[k]) for k in holders),
-                                 lambda b=batches: _join_graphs(b))
+                                 lambda b=batches: join_graph_batches(b))
         logits = functional_call(trainer.model, params, inputs)
         for k, b, start in zip(holders, batches, starts, strict=True):
             outputs[k][split] = (logits[start:start + b.num_graphs], b.targets)

@@ -1,0 +1,138 @@
+"""Many clients' graph mini-batches joined end to end, each row through its own client's
+parameters: the batched engine's unpadded layout for graph-level clients on the CPU.
+
+The padded layout (``batched.graph_inputs`` under ``vmap``) pads every client's step to the
+largest one beside it: on PROTEINS' ten Dirichlet clients a quarter more rows, and the groups of
+similar size that bound the padding split a round into five steps where one would do. Here the
+clients' batches are concatenated as PyG batches graphs: message passing and pooling run once
+on the joined block-diagonal graph, element-wise operations on the joined rows, and every
+linear layer is one grouped matrix product (``F.grouped_mm``: each client's rows against its
+own weight). ``StackedParams`` routes the stacked parameters (``[K, ...]``) through the model's
+own code; a client's dropout masks are the padded layout's bit for bit
+(``dropout.keyed_keep_rows``), so the two layouts differ in float summation order only.
+
+On CUDA, float32 ``grouped_mm`` runs one product per group after copying the offsets to the
+host (PyTorch's fallback outside bf16 on sm90), so there the padded layout stays.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.func import functional_call
+from torch.overrides import TorchFunctionMode
+
+from graphfed.models.dropout import keyed
+from graphfed.models.rows import Rows
+from graphfed.tensors import Params
+from graphfed.training.batches import GraphBatch
+
+# the graph-level backbones whose parameters meet the data only in linear maps and bias
+# additions (GAT's attention vectors multiply per-head features: it keeps the padded layout)
+JOINED_MODELS = ("gin", "gcn", "sage", "mlp")
+# bytes every stride of a grouped product's operands must be a multiple of
+GROUPED_ALIGNMENT = 16
+# element-wise operations in which a stacked bias may meet joined rows
+_ELEMENTWISE = {torch.Tensor.add, torch.Tensor.__add__, torch.Tensor.__radd__, torch.add}
+
+
+def joins(model, device: torch.device) -> bool:
+    """Whether graph-level clients of ``model`` train in the joined layout on ``device``."""
+    opts = getattr(model, "opts", None)
+    return device.type == "cpu" and opts is not None and opts.name in JOINED_MODELS
+
+
+class StackedParams(TorchFunctionMode):
+    """Runs a model's forward pass with every parameter stacked per client (``[K, ...]``) on
+    joined rows: ``F.linear`` with a stacked weight becomes a grouped product over the clients'
+    row blocks, a stacked bias is spread to its client's rows, and any other use of a stacked
+    parameter is refused (the model then belongs outside ``JOINED_MODELS``). ``rows`` maps a
+    joined tensor's row count to its owners (node rows, graph rows)."""
+
+    def __init__(self, params: Params, rows: dict[int, Rows]):
+        super().__init__()
+        self.stacked = {id(p) for p in params.values()}
+        self.rows = rows
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if not any(id(a) in self.stacked for a in (*args, *kwargs.values())):
+            return func(*args, **kwargs)
+        if func is F.linear:
+            return self._linear(*args, **kwargs)
+        if func in _ELEMENTWISE and len(args) == 2 and not kwargs:
+            data, bias = args if id(args[1]) in self.stacked else args[::-1]
+            return data + self._spread(bias, data)
+        raise NotImplementedError(
+            f"the joined layout cannot route a stacked parameter through {func.__name__}")
+
+    def _linear(self, x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+        out = grouped_linear(x, weight, self.rows[x.size(0)].ends)
+        return out if bias is None else out + self._spread(bias, out)
+
+    def _spread(self, stacked: Tensor, data: Tensor) -> Tensor:
+        """A stacked ``[K, d]`` parameter as one row per row of ``data`` (its owner's)."""
+        if stacked.dim() != 2 or data.dim() != 2:
+            raise NotImplementedError("the joined layout spreads [K, d] biases over rows only")
+        return stacked.index_select(0, self.rows[data.size(0)].owner)
+
+
+def grouped_linear(x: Tensor, weight: Tensor, ends: Tensor) -> Tensor:
+    """Rows ``ends[k-1]:ends[k]`` of ``x`` times ``weight[k]`` transposed (``[K, out, in]``,
+    ``F.linear``'s layout), in one grouped product. ``grouped_mm`` wants every stride a
+    multiple of 16 bytes: an ``in`` or ``out`` that is not (PROTEINS' 3 features, two classes)
+    is padded with zero columns, which add nothing, and the padding cut off the output."""
+    step = GROUPED_ALIGNMENT // x.element_size()
+    d_out, d_in = weight.shape[1:]
+    pad_in, pad_out = -d_in % step, -d_out % step
+    if pad_in:
+        x, weight = F.pad(x, (0, pad_in)), F.pad(weight, (0, pad_in))
+    if pad_out:
+        weight = F.pad(weight, (0, 0, 0, pad_out))
+    out = F.grouped_mm(x.contiguous(), weight.transpose(1, 2), offs=ends)
+    return out[:, :d_out] if pad_out else out
+
+
+def join_graph_batches(batches: list[GraphBatch]) -> tuple[tuple, list[int]]:
+    """Mini-batches of whole graphs as one batch (the model's inputs); where each one's
+    graphs start."""
+    nodes, graphs = [0], [0]
+    for b in batches[:-1]:
+        nodes.append(nodes[-1] + len(b.x))
+        graphs.append(graphs[-1] + b.num_graphs)
+    pairs = list(zip(batches, nodes, graphs, strict=True))
+    weight = (None if batches[0].edge_weight is None
+              else torch.cat([b.edge_weight for b in batches]))
+    inputs = (torch.cat([b.x for b in batches]),
+              torch.cat([b.edge_index + n for b, n, _ in pairs], 1),
+              torch.cat([b.batch + g for b, _, g in pairs]),
+              graphs[-1] + batches[-1].num_graphs, weight)
+    return inputs, graphs
+
+
+def joined_step_inputs(chosen: list[GraphBatch | None], device: torch.device
+                       ) -> tuple[tuple, Tensor, dict[int, Rows], Rows] | None:
+    """One step's batches joined (a client without one holds no rows): the model's inputs,
+    the graphs' labels, the owners of node and graph rows by row count, and the graphs'
+    owners. None when nodes and graphs are as many, so that a row count names no layout."""
+    real = [b for b in chosen if b is not None]
+    inputs, _ = join_graph_batches(real)
+    count = {"nodes": [], "graphs": []}
+    for b in chosen:
+        count["nodes"].append(0 if b is None else len(b.x))
+        count["graphs"].append(0 if b is None else b.num_graphs)
+    node_rows, graph_rows = (Rows.of(torch.tensor(count[k], device=device))
+                             for k in ("nodes", "graphs"))
+    if node_rows.count == graph_rows.count:
+        return None
+    labels = torch.cat([b.y for b in real])
+    return inputs, labels, {node_rows.count: node_rows, graph_rows.count: graph_rows}, graph_rows
+
+
+def joined_forward(model, live: Params, keys: Tensor, step: int, inputs: tuple,
+                   rows: dict[int, Rows]) -> Tensor:
+    """Every joined row's output under its own client's parameters, dropout keyed by its
+    client's key (``dropout.keyed_keep_rows``)."""
+    with keyed(keys, step, rows=rows), StackedParams(live, rows):
+        return functional_call(model, live, inputs)
