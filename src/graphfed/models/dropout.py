@@ -12,6 +12,7 @@ CPU, where PyTorch's Bernoulli sampler costs about 10 ns an element.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -110,12 +111,26 @@ def keyed_keep_rows(keys: Tensor, salt: int, rows: Rows, shape: torch.Size, p: f
     if width % 2:
         index = local * width + torch.arange(width, dtype=torch.int32, device=keys.device)
         return _bits_at(base, index, p).view(shape)
-    pairs = local * (width // 2) + torch.arange(width // 2, dtype=torch.int32,
-                                                 device=keys.device)
-    h = _fmix32(pairs * GOLDEN + base)
-    threshold = _threshold(p)
-    return torch.stack(((h & 0xFFFF) >= threshold, ((h >> 16) & 0xFFFF) >= threshold),
-                       -1).view(shape)
+    half = width // 2
+    # (local * half + j) * GOLDEN + base, the row's part summed once (int32 wraps alike)
+    first = local * (half * GOLDEN) + base
+    h = _fmix32(first + torch.arange(half, dtype=torch.int32, device=keys.device) * GOLDEN)
+    return _pair_bits(h, _threshold(p)).view(shape)
+
+
+def _pair_bits(h: Tensor, threshold: int) -> Tensor:
+    """Each 32-bit hash of ``h`` (``[..., n]``, consumed) as the keep bits of its two
+    elements (``[..., 2n]``): its low 16 bits against ``threshold`` for the first, its high 16
+    for the second. Read in place as 16-bit halves (the low one first in memory on a
+    little-endian machine), each turned from unsigned to signed order by flipping its top bit:
+    two passes where masking and shifting each half take five and a stack."""
+    if threshold >= 1 << 16:
+        return torch.zeros(*h.shape[:-1], 2 * h.size(-1), dtype=torch.bool, device=h.device)
+    h ^= _int32(0x80008000)
+    halves = h.view(torch.int16)
+    if sys.byteorder == "big":
+        halves = halves.view(*h.shape, 2).flip(-1).flatten(-2)
+    return halves >= threshold - (1 << 15)
 
 
 @dataclass

@@ -27,7 +27,7 @@ from graphfed.models.dropout import keyed
 from graphfed.models.sparse import PaddedCsr, is_csr
 from graphfed.tensors import Params
 from graphfed.training.batches import GraphBatch, NodeBatch, PreparedClient, PreparedNodeClient
-from graphfed.training.joined import joined_forward, joined_step_inputs, joins
+from graphfed.training.joined import join_clients, joined_forward, joins
 from graphfed.training.stacked_optim import StackedOptimizer
 from graphfed.training.step import LocalStep, linear_penalty, proximal_penalty
 from graphfed.training.trainer import Trainer, TrainStats
@@ -288,20 +288,18 @@ def _graph_losses(model, live: Params, keys: Tensor, step: int,
                   chosen: list[GraphBatch | None], joined: bool = False
                   ) -> tuple[Tensor, Tensor]:
     """``_node_losses`` for mini-batches of graphs: joined where asked and a row count names
-    its layout (``joined.joined_step_inputs``), else padded."""
-    device = keys.device
-    step_inputs = joined_step_inputs(chosen, device) if joined else None
-    if step_inputs is None:
+    its layout (``joined.join_clients``), else padded."""
+    joined_batch = join_clients(chosen) if joined else None
+    if joined_batch is None:
         features = next(b for b in chosen if b is not None).x.size(1)
-        inputs, targets, mask = graph_inputs(chosen, device, features)
+        inputs, targets, mask = graph_inputs(chosen, keys.device, features)
         logits = stacked_forward(model, live, keys, step, inputs)
         return _masked_mean_losses(logits[:, :targets.size(1)], targets, mask)
-    inputs, labels, rows, graph_rows = step_inputs
-    losses = F.cross_entropy(joined_forward(model, live, keys, step, inputs, rows), labels,
-                             reduction="none")
-    counts = torch.bincount(graph_rows.owner, minlength=len(chosen))
-    sums = losses.new_zeros(len(chosen)).index_add(0, graph_rows.owner, losses)
-    return sums / counts.clamp(min=1), counts
+    owner = joined_batch.graphs.owner
+    losses = F.cross_entropy(joined_forward(model, live, joined_batch, keys, step),
+                             joined_batch.labels, reduction="none")
+    counts = torch.bincount(owner, minlength=len(chosen))
+    return losses.new_zeros(len(chosen)).index_add(0, owner, losses) / counts.clamp(min=1), counts
 
 
 def _joined_backward(model, live: Params, keys: Tensor, step: int,
@@ -325,15 +323,17 @@ def _joined_backward(model, live: Params, keys: Tensor, step: int,
 
 
 def client_passes(rows: list[int], budget: int) -> list[tuple[int, int]]:
-    """Consecutive clients ``[a, b)`` in runs of at most ``budget`` rows (a larger client
-    alone, but for clients without rows), covering every client once, in order."""
+    """Consecutive clients ``[a, b)``, each run closed once it holds ``budget`` rows (so
+    under ``2 * budget`` but for one larger client: as few passes as the rows need), covering
+    every client once, in order."""
     passes, start, held = [], 0, 0
     for k, n in enumerate(rows):
-        if held and held + n > budget:
-            passes.append((start, k))
-            start, held = k, 0
         held += n
-    passes.append((start, len(rows)))
+        if held >= budget:
+            passes.append((start, k + 1))
+            start, held = k + 1, 0
+    if start < len(rows) or not passes:
+        passes.append((start, len(rows)))
     return passes
 
 

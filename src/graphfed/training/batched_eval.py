@@ -5,9 +5,11 @@ own rows of the logits through ``Trainer.split_metrics``, as the sequential path
 Where every client deploys the same parameters (the FedAvg family) their graphs are joined
 block-diagonally, no padding, and one plain forward pass scores them all: the arithmetic of
 the clients one by one, without the per-client calls. Where they differ (personalised models)
-the graphs are padded into the layout training uses (``batched.NodeLayout``; graph-level
-clients split by split; clients of similar size together, ``batched.size_groups``) and one
-``vmap`` over ``functional_call`` runs each client's own parameters on its own graph. The
+graph-level clients on the CPU are joined the same way, each client's rows through its own
+parameters (``training.joined``); otherwise the graphs are padded into the layout training
+uses (``batched.NodeLayout``; graph-level clients split by split; clients of similar size
+together, ``batched.size_groups``) and one ``vmap`` over ``functional_call`` runs each
+client's own parameters on its own graph. The
 shared global test set is scored once per distinct set of parameters (once in all under
 FedAvg, whose clients all deploy the global model), all sets in one pass. Full-graph
 evaluation draws no random numbers, so the metrics equal the sequential path's up to float
@@ -38,7 +40,7 @@ from graphfed.training.batches import (
     PreparedGraphClient,
     PreparedNodeClient,
 )
-from graphfed.training.joined import join_graph_batches
+from graphfed.training.joined import join_clients, join_graph_batches, joined_forward, joins
 from graphfed.training.trainer import Trainer
 
 # how many (parameter set x global-test node) rows one pass over the global test set may hold
@@ -80,6 +82,8 @@ def evaluate_together(trainer: Trainer, jobs: list[EvalJob], cache: dict | None 
         joined = cache.setdefault("joined", {})
         outputs = (_joined_node_outputs(trainer, jobs[0].params, clients, joined) if node
                    else _joined_graph_outputs(trainer, jobs[0].params, clients, joined))
+    elif not node and joins(trainer.model, trainer.device):  # unpadded: one pass for all
+        outputs = _graph_outputs(trainer, _stack([j.params for j in jobs]), clients)
     else:  # clients of similar size stacked together, as in training
         def run(members: list[int], group_cache: dict | None) -> list[Outputs]:
             stacked = _stack([jobs[k].params for k in members])
@@ -151,6 +155,8 @@ def _node_outputs(trainer: Trainer, stacked: Params, clients: list[PreparedNodeC
 
 def _graph_outputs(trainer: Trainer, stacked: Params, clients: list[PreparedGraphClient]
                    ) -> list[Outputs]:
+    """Each client's own parameters on its own graphs, split by split: joined where
+    ``joined.joins`` serves (then every client is in this one group), else padded."""
     outputs: list[Outputs] = [{} for _ in clients]
     device = trainer.device
     features = clients[0].splits["train"].x.size(1)
@@ -158,11 +164,15 @@ def _graph_outputs(trainer: Trainer, stacked: Params, clients: list[PreparedGrap
         batches = [c.splits[split].all() if c.num_samples(split) else None for c in clients]
         if all(b is None for b in batches):
             continue
-        inputs, _, _ = graph_inputs(batches, device, features)
-        logits = stacked_forward(trainer.model, stacked, None, 0, inputs)
+        joined = join_clients(batches) if joins(trainer.model, device) else None
+        if joined is not None:
+            logits = joined.per_client(joined_forward(trainer.model, stacked, joined))
+        else:
+            inputs, _, _ = graph_inputs(batches, device, features)
+            logits = stacked_forward(trainer.model, stacked, None, 0, inputs)
         for k, b in enumerate(batches):
             if b is not None:
-                outputs[k][split] = (logits[k, :b.num_graphs], b.targets)
+                outputs[k][split] = (logits[k][:b.num_graphs], b.targets)
     return outputs
 
 

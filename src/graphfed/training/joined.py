@@ -17,6 +17,9 @@ host (PyTorch's fallback outside bf16 on sm90), so there the padded layout stays
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from itertools import pairwise
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -111,28 +114,44 @@ def join_graph_batches(batches: list[GraphBatch]) -> tuple[tuple, list[int]]:
     return inputs, graphs
 
 
-def joined_step_inputs(chosen: list[GraphBatch | None], device: torch.device
-                       ) -> tuple[tuple, Tensor, dict[int, Rows], Rows] | None:
-    """One step's batches joined (a client without one holds no rows): the model's inputs,
-    the graphs' labels, the owners of node and graph rows by row count, and the graphs'
-    owners. None when nodes and graphs are as many, so that a row count names no layout."""
+@dataclass
+class JoinedBatch:
+    """Many clients' graph batches joined: the model's inputs, the graphs' labels, the owners
+    of node rows and of graph rows by row count (``StackedParams.rows``), and of graph rows
+    alone."""
+
+    inputs: tuple
+    labels: Tensor
+    rows: dict[int, Rows]
+    graphs: Rows
+
+    def per_client(self, out: Tensor) -> list[Tensor]:
+        """A per-graph output cut into each client's rows (empty for a client without)."""
+        ends = self.graphs.ends.tolist()
+        return list(out.split([end - start for start, end in pairwise([0, *ends])]))
+
+
+def join_clients(chosen: list[GraphBatch | None]) -> JoinedBatch | None:
+    """The clients' batches joined (a client without one holds no rows); None when nodes and
+    graphs are as many, so that a row count would name no layout."""
     real = [b for b in chosen if b is not None]
     inputs, _ = join_graph_batches(real)
-    count = {"nodes": [], "graphs": []}
-    for b in chosen:
-        count["nodes"].append(0 if b is None else len(b.x))
-        count["graphs"].append(0 if b is None else b.num_graphs)
-    node_rows, graph_rows = (Rows.of(torch.tensor(count[k], device=device))
-                             for k in ("nodes", "graphs"))
-    if node_rows.count == graph_rows.count:
+    device = real[0].x.device
+    nodes, graphs = (Rows.of(torch.tensor([0 if b is None else size(b) for b in chosen],
+                                          device=device))
+                     for size in (lambda b: len(b.x), lambda b: b.num_graphs))
+    if nodes.count == graphs.count:
         return None
-    labels = torch.cat([b.y for b in real])
-    return inputs, labels, {node_rows.count: node_rows, graph_rows.count: graph_rows}, graph_rows
+    return JoinedBatch(inputs, torch.cat([b.y for b in real]),
+                       {nodes.count: nodes, graphs.count: graphs}, graphs)
 
 
-def joined_forward(model, live: Params, keys: Tensor, step: int, inputs: tuple,
-                   rows: dict[int, Rows]) -> Tensor:
-    """Every joined row's output under its own client's parameters, dropout keyed by its
-    client's key (``dropout.keyed_keep_rows``)."""
-    with keyed(keys, step, rows=rows), StackedParams(live, rows):
-        return functional_call(model, live, inputs)
+def joined_forward(model, live: Params, joined: JoinedBatch, keys: Tensor | None = None,
+                   step: int = 0) -> Tensor:
+    """Every joined row's output under its own client's parameters; in training, dropout
+    keyed by the client's key (``dropout.keyed_keep_rows``)."""
+    with StackedParams(live, joined.rows):
+        if keys is None:
+            return functional_call(model, live, joined.inputs)
+        with keyed(keys, step, rows=joined.rows):
+            return functional_call(model, live, joined.inputs)
