@@ -1,11 +1,13 @@
 """Time one federated round against the same work done as one centralized epoch.
 
 The centralized reference trains one model for one epoch over the union of the clients'
-training data (same graphs, same batch size): the practical lower bound for a round. Evaluation
-is excluded from the round time and reported separately.
+training data (same graphs, same batch size): the practical lower bound for a round. Rounds and
+epochs alternate, and each side's median is reported, so that a slow spell of the machine
+weighs on both. Evaluation is excluded from the round time and reported separately.
 
     GRAPHFED_DATA=../shared/datasets python benchmarks/round_time.py [--repeats N] [--device cuda]
         [--engine sequential|batched] [--cases NAME,...] [--set KEY=VALUE ...]
+        [--default-allocator]
 
 On a GPU the round includes moving every message between the clients' device and the
 server's (the CPU), which the centralized epoch does not pay.
@@ -20,6 +22,7 @@ import time
 import torch
 from torch_geometric.data import Batch
 
+from graphfed.allocator import keep_freed_memory
 from graphfed.config import load_config
 from graphfed.data.federated import SPLITS, GraphClient, NodeClient
 from graphfed.experiment import build_federation
@@ -66,15 +69,22 @@ def union_client(clients: list) -> NodeClient | GraphClient:
 
 def timed(fn, repeats: int, device: str) -> float:
     """Median wall time of ``fn``; on a GPU, after its queued kernels have finished."""
+    return statistics.median(_times([fn], repeats, device)[0])
+
+
+def _times(fns: list, repeats: int, device: str) -> list[list[float]]:
+    """Wall times of each of ``fns``, called in turn ``repeats`` times: interleaved, so that a
+    slow spell of a shared machine slows both sides of a ratio alike."""
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    times = []
+    times: list[list[float]] = [[] for _ in fns]
     for _ in range(repeats):
-        sync()
-        start = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for fn, out in zip(fns, times, strict=True):
+            sync()
+            start = time.perf_counter()
+            fn()
+            sync()
+            out.append(time.perf_counter() - start)
+    return times
 
 
 def bench(name: str, overrides: list[str], repeats: int, device: str, engine: str,
@@ -93,8 +103,8 @@ def bench(name: str, overrides: list[str], repeats: int, device: str, engine: st
     for _ in range(2):  # warm-up
         fed.fit_round(next(rounds))
         central_epoch()
-    round_s = timed(lambda: fed.fit_round(next(rounds)), repeats, device)
-    central_s = timed(central_epoch, repeats, device)
+    round_s, central_s = (statistics.median(t) for t in _times(
+        [lambda: fed.fit_round(next(rounds)), central_epoch], repeats, device))
     eval_s = timed(lambda: fed.evaluate(0), repeats, device)
     return (f"RESULT case={name} engine={engine} round_s={round_s:.5f} central_s={central_s:.5f} "
             f"ratio={round_s / central_s:.3f} eval_s={eval_s:.5f}")
@@ -108,8 +118,13 @@ def main() -> None:
     parser.add_argument("--cases", default=",".join(CASES), help="comma-separated case names")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a config override added to every case (repeatable)")
+    parser.add_argument("--default-allocator", action="store_true",
+                        help="leave glibc's allocator thresholds as they are (the graphfed "
+                        "command raises them: graphfed.allocator)")
     args = parser.parse_args()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {args.device}")
+    kept = not args.default_allocator and keep_freed_memory()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {args.device}, "
+          f"freed memory kept: {kept}")
     for name in args.cases.split(","):
         print(bench(name, CASES[name], args.repeats, args.device, args.engine, args.set),
               flush=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import typer
 
+from graphfed.allocator import keep_freed_memory
 from graphfed.cli.algorithms import algorithms
 from graphfed.cli.config import config
 from graphfed.cli.data import datasets, partition
@@ -25,6 +26,7 @@ app.add_typer(federation, name="federation")
 
 
 def main() -> None:
+    keep_freed_memory()
     app()
 
 

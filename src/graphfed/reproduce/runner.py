@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 import yaml
 
+from graphfed.allocator import keep_freed_memory
 from graphfed.build import federated_data
 from graphfed.config import ConfigError, ExperimentConfig, load_config
 from graphfed.errors import GraphfedError
@@ -200,8 +201,10 @@ def _adopt_seed(staged: Path, cell_dir: Path, seed: int) -> None:
 
 
 def _share_cores(jobs: int) -> None:
-    """A worker's torch threads: the machine's cores split between the workers."""
+    """A worker's torch threads: the machine's cores split between the workers; and the
+    allocator the command line sets up (a spawned worker starts without it)."""
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // jobs))
+    keep_freed_memory()
 
 
 def run_cells(cells: list[Cell], runs: Path, progress: bool, jobs: int) -> None:
