@@ -17,7 +17,7 @@ from graphfed.models.rows import Rows
 from graphfed.seeding import call_seed
 from graphfed.training import batched
 from graphfed.training.batched import ClientJob, client_passes, train_together
-from graphfed.training.joined import StackedParams, grouped_linear
+from graphfed.training.joined import grouped_linear, stacked_params
 from graphfed.training.step import LocalStep
 from tests.conftest import require
 
@@ -117,11 +117,13 @@ def test_a_grouped_linear_is_each_clients_own_linear_gradients_included():
 
 
 def test_a_stacked_parameter_used_outside_linear_maps_and_biases_is_refused():
-    stacked = torch.randn(2, 4)
-    rows = Rows.of(torch.tensor([1, 2]))
+    stacked = torch.randn(2, 4, requires_grad=True)
+    bias = stacked_params({"bias": stacked}, {3: Rows.of(torch.tensor([1, 2]))})["bias"]
     x = torch.randn(3, 4)
-    with StackedParams({"bias": stacked}, {3: rows}):
-        spread = x + stacked  # a bias: each row gets its own client's
-        with pytest.raises(NotImplementedError, match="mul"):
-            torch.mul(x, stacked)
+    spread = x + bias  # a bias: each row gets its own client's
+    assert type(spread) is torch.Tensor and bias.shape == (2, 4)  # its shape may be read
     torch.testing.assert_close(spread, x + stacked[torch.tensor([0, 1, 1])])
+    spread.sum().backward()  # and the gradient reaches the stack it views
+    torch.testing.assert_close(stacked.grad, torch.tensor([[1.0] * 4, [2.0] * 4]))
+    with pytest.raises(NotImplementedError, match="mul"):
+        torch.mul(x, bias)

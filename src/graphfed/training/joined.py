@@ -7,7 +7,7 @@ similar size that bound the padding split a round into five steps where one woul
 clients' batches are concatenated as PyG batches graphs: message passing and pooling run once
 on the joined block-diagonal graph, element-wise operations on the joined rows, and every
 linear layer is one grouped matrix product (``F.grouped_mm``: each client's rows against its
-own weight). ``StackedParams`` routes the stacked parameters (``[K, ...]``) through the model's
+own weight). ``StackedParam`` routes the stacked parameters (``[K, ...]``) through the model's
 own code; a client's dropout masks are the padded layout's bit for bit
 (``dropout.keyed_keep_rows``), so the two layouts differ in float summation order only.
 
@@ -24,7 +24,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.func import functional_call
-from torch.overrides import TorchFunctionMode
 
 from graphfed.models.dropout import keyed
 from graphfed.models.rows import Rows
@@ -46,39 +45,56 @@ def joins(model, device: torch.device) -> bool:
     return device.type == "cpu" and opts is not None and opts.name in JOINED_MODELS
 
 
-class StackedParams(TorchFunctionMode):
-    """Runs a model's forward pass with every parameter stacked per client (``[K, ...]``) on
-    joined rows: ``F.linear`` with a stacked weight becomes a grouped product over the clients'
-    row blocks, a stacked bias is spread to its client's rows, and any other use of a stacked
-    parameter is refused (the model then belongs outside ``JOINED_MODELS``). ``rows`` maps a
+class StackedParam(Tensor):
+    """A parameter stacked per client (``[K, ...]``), as the model's code sees it on joined
+    rows: ``F.linear`` with a stacked weight becomes a grouped product over the clients' row
+    blocks, a stacked bias is spread to its clients' rows, reading its shape or dtype is
+    allowed, and any other computation with it is refused (the model then belongs outside
+    ``JOINED_MODELS``). A tensor subclass, not a mode over every call: the model's other
+    operations, a few hundred a pass, run without a Python hop each. ``joined_rows`` maps a
     joined tensor's row count to its owners (node rows, graph rows)."""
 
-    def __init__(self, params: Params, rows: dict[int, Rows]):
-        super().__init__()
-        self.stacked = {id(p) for p in params.values()}
-        self.rows = rows
+    joined_rows: dict[int, Rows]
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if not any(id(a) in self.stacked for a in (*args, *kwargs.values())):
-            return func(*args, **kwargs)
-        if func is F.linear:
-            return self._linear(*args, **kwargs)
-        if func in _ELEMENTWISE and len(args) == 2 and not kwargs:
-            data, bias = args if id(args[1]) in self.stacked else args[::-1]
-            return data + self._spread(bias, data)
-        raise NotImplementedError(
-            f"the joined layout cannot route a stacked parameter through {func.__name__}")
+        with torch._C.DisableTorchFunctionSubclass():
+            if func is F.linear:
+                return _linear(*args, **kwargs)
+            if func in _ELEMENTWISE and len(args) == 2 and not kwargs:
+                data, bias = args[::-1] if isinstance(args[0], StackedParam) else args
+                return data + _spread(bias, data)
+            refusal = NotImplementedError(
+                f"the joined layout cannot route a stacked parameter through {func.__name__}")
+            try:
+                out = func(*args, **kwargs)
+            except RuntimeError as e:  # e.g. shapes a per-client tensor would have matched
+                raise refusal from e
+        if isinstance(out, Tensor):
+            raise refusal
+        return out
 
-    def _linear(self, x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-        out = grouped_linear(x, weight, self.rows[x.size(0)].ends)
-        return out if bias is None else out + self._spread(bias, out)
 
-    def _spread(self, stacked: Tensor, data: Tensor) -> Tensor:
-        """A stacked ``[K, d]`` parameter as one row per row of ``data`` (its owner's)."""
-        if stacked.dim() != 2 or data.dim() != 2:
-            raise NotImplementedError("the joined layout spreads [K, d] biases over rows only")
-        return stacked.index_select(0, self.rows[data.size(0)].owner)
+def stacked_params(params: Params, rows: dict[int, Rows]) -> Params:
+    """``params`` as ``StackedParam`` views (still on the autograd graph) over ``rows``."""
+    out = {}
+    for name, value in params.items():
+        out[name] = value.as_subclass(StackedParam)
+        out[name].joined_rows = rows
+    return out
+
+
+def _linear(x: Tensor, weight: StackedParam, bias: StackedParam | None = None) -> Tensor:
+    out = grouped_linear(x, weight, weight.joined_rows[x.size(0)].ends)
+    return out if bias is None else out + _spread(bias, out)
+
+
+def _spread(stacked: StackedParam, data: Tensor) -> Tensor:
+    """A stacked ``[K, d]`` parameter as one row per row of ``data`` (its owner's)."""
+    if stacked.dim() != 2 or data.dim() != 2:
+        raise NotImplementedError("the joined layout spreads [K, d] biases over rows only")
+    return stacked.index_select(0, stacked.joined_rows[data.size(0)].owner)
 
 
 def grouped_linear(x: Tensor, weight: Tensor, ends: Tensor) -> Tensor:
@@ -117,7 +133,7 @@ def join_graph_batches(batches: list[GraphBatch]) -> tuple[tuple, list[int]]:
 @dataclass
 class JoinedBatch:
     """Many clients' graph batches joined: the model's inputs, the graphs' labels, the owners
-    of node rows and of graph rows by row count (``StackedParams.rows``), and of graph rows
+    of node rows and of graph rows by row count (``StackedParam.joined_rows``), and of graph rows
     alone."""
 
     inputs: tuple
@@ -150,8 +166,8 @@ def joined_forward(model, live: Params, joined: JoinedBatch, keys: Tensor | None
                    step: int = 0) -> Tensor:
     """Every joined row's output under its own client's parameters; in training, dropout
     keyed by the client's key (``dropout.keyed_keep_rows``)."""
-    with StackedParams(live, joined.rows):
-        if keys is None:
-            return functional_call(model, live, joined.inputs)
-        with keyed(keys, step, rows=joined.rows):
-            return functional_call(model, live, joined.inputs)
+    params = stacked_params(live, joined.rows)
+    if keys is None:
+        return functional_call(model, params, joined.inputs)
+    with keyed(keys, step, rows=joined.rows):
+        return functional_call(model, params, joined.inputs)
