@@ -2,12 +2,12 @@
 
 Both optimizers are element-wise, so one update of the stack is each client's own update; the
 mask lets a client without a batch at this step (fewer mini-batches than its neighbours) skip
-it, its moments and step count untouched. The arithmetic is ``torch.optim.Adam``'s and
-``torch.optim.SGD``'s (L2 weight decay added to the gradient, Adam's bias corrections per
-client step count), so a stacked step equals K separate ones. While every client has stepped
-every time (full-batch training, equal mini-batch counts) their step counts agree and the
-update runs as PyTorch's own on the stacks (Adam's fused kernel, SGD's single-tensor step),
-as the sequential trainer's does.
+it, its moments and step count untouched. The arithmetic is PyTorch's own (``adam``'s fused
+kernel, ``sgd``'s single-tensor step: L2 weight decay added to the gradient, Adam's bias
+corrections per step count), so a stacked step equals K separate ones. While every client has
+stepped every time (full-batch training, equal mini-batch counts) the update runs on the whole
+stacks; after that, on the slices of the clients that step, those with one step count at a
+time (``_step_clients``): a step that one client of ten takes costs a tenth of the stacks.
 """
 
 from __future__ import annotations
@@ -35,31 +35,52 @@ class StackedOptimizer:
     def step(self, active: Tensor | None = None) -> None:
         """One update of every client whose ``active`` entry is true (``active``: ``[K]`` bool;
         None: every client)."""
-        o = self.options
-        if active is None:
+        if active is None and self.lockstep:
             self.steps += 1
-            if self.lockstep:
-                if o.name == "adam":
-                    self._fused_adam()
-                else:
-                    self._lockstep_sgd()
-                return
-            active = torch.ones(len(self.steps), dtype=torch.bool, device=self.steps.device)
-        else:
-            self.steps += active
-            self.lockstep = False
-        for name, p in self.params.items():
-            if p.grad is None:
-                continue
-            shape = (-1,) + (1,) * (p.dim() - 1)
-            on = active.view(shape)
-            grad = p.grad + o.weight_decay * p if o.weight_decay else p.grad
-            state = self.state[name]
-            if o.name == "adam":
-                update = self._adam(state, grad, on, shape)
+            if self.options.name == "adam":
+                self._fused_adam()
             else:
-                update = self._sgd(state, grad, on)
-            p.sub_(torch.where(on, update, torch.zeros((), device=p.device, dtype=p.dtype)))
+                self._lockstep_sgd()
+            return
+        if active is None:
+            active = torch.ones(len(self.steps), dtype=torch.bool, device=self.steps.device)
+        self.lockstep = False
+        self.steps += active
+        stepping = self.steps[active]
+        for count in stepping.unique().tolist():
+            self._step_clients(torch.nonzero(active & (self.steps == count)).view(-1), count)
+
+    def _step_clients(self, clients: Tensor, count: float) -> None:
+        """The step of ``clients``, each at its ``count``-th step: PyTorch's update on copies of
+        their slices of the stacks (params, gradients, moments or momentum), copied back."""
+        o = self.options
+        names = self._stepped()
+        params = [self.params[n].index_select(0, clients) for n in names]
+        grads = [self.params[n].grad.index_select(0, clients) for n in names]
+        if o.name == "adam":
+            states = [self._moments(self.state[n], self.params[n]) for n in names]
+            m = [s["m"].index_select(0, clients) for s in states]
+            v = [s["v"].index_select(0, clients) for s in states]
+            adam(params, grads, m, v, [],
+                 [torch.tensor(count - 1, dtype=torch.float32, device=self.steps.device)
+                  for _ in names],
+                 fused=True, amsgrad=False, beta1=BETAS[0], beta2=BETAS[1], lr=o.lr,
+                 weight_decay=o.weight_decay, eps=EPS, maximize=False)
+            for state, moment, velocity in zip(states, m, v, strict=True):
+                state["m"].index_copy_(0, clients, moment)
+                state["v"].index_copy_(0, clients, velocity)
+        else:
+            # torch's SGD starts a buffer at the first step's gradient: none before it
+            buffers = [None if count == 1 or "buf" not in self.state[n]
+                       else self.state[n]["buf"].index_select(0, clients) for n in names]
+            sgd(params, grads, buffers, foreach=False, weight_decay=o.weight_decay,
+                momentum=o.momentum, lr=o.lr, dampening=0.0, nesterov=False, maximize=False)
+            for name, buffer in zip(names, buffers, strict=True):
+                if buffer is not None:
+                    self.state[name].setdefault(
+                        "buf", torch.zeros_like(self.params[name])).index_copy_(0, clients, buffer)
+        for name, value in zip(names, params, strict=True):
+            self.params[name].index_copy_(0, clients, value)
 
     def _fused_adam(self) -> None:
         """Every client's Adam step at once, their step counts equal: the fused kernel on the
@@ -99,24 +120,3 @@ class StackedOptimizer:
         if "m" not in state:
             state["m"], state["v"] = torch.zeros_like(like), torch.zeros_like(like)
         return state
-
-    def _adam(self, state: dict[str, Tensor], grad: Tensor, on: Tensor, shape) -> Tensor:
-        beta1, beta2 = BETAS
-        m, v = (self._moments(state, grad)[k] for k in ("m", "v"))
-        m.copy_(torch.where(on, torch.lerp(m, grad, 1 - beta1), m))
-        v.copy_(torch.where(on, v * beta2 + (1 - beta2) * grad * grad, v))
-        steps = self.steps.clamp(min=1)
-        correction1 = (1 - beta1 ** steps).to(grad.dtype).view(shape)
-        correction2_sqrt = (1 - beta2 ** steps).sqrt().to(grad.dtype).view(shape)
-        denom = v.sqrt() / correction2_sqrt + EPS
-        return self.options.lr / correction1 * m / denom
-
-    def _sgd(self, state: dict[str, Tensor], grad: Tensor, on: Tensor) -> Tensor:
-        momentum = self.options.momentum
-        if not momentum:
-            return self.options.lr * grad
-        # torch.optim.SGD: a client's first step starts its buffer at the gradient
-        first = on & (self.steps == 1).view(on.shape)
-        buf = state.setdefault("buf", torch.zeros_like(grad))
-        buf.copy_(torch.where(first, grad, torch.where(on, momentum * buf + grad, buf)))
-        return self.options.lr * buf
