@@ -98,6 +98,15 @@ def test_a_joined_mask_is_each_clients_own_mask_on_its_rows(width):
         assert torch.equal(mask[starts[k]:starts[k] + n], own[:n])
 
 
+def test_a_rate_that_rounds_to_the_whole_16_bit_scale_drops_everything():
+    """p within 2**-17 of 1 compares the halves with 2**16, past any 16-bit value: no element
+    is kept (a signed 16-bit comparison with 2**15 would wrap and keep them all)."""
+    rows = Rows.of(torch.tensor([3, 2]))
+    keys = torch.tensor([1, 2], dtype=torch.int32)
+    assert not keyed_keep_rows(keys, 1, rows, torch.Size([5, 8]), 1 - 2**-18).any()
+    assert keyed_keep_rows(keys, 1, rows, torch.Size([5, 8]), 0.5).any()
+
+
 def test_a_grouped_linear_is_each_clients_own_linear_gradients_included():
     """Unaligned widths (3 in, 5 out: padded for grouped_mm) and a client without rows."""
     gen = torch.Generator().manual_seed(0)

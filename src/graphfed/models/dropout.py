@@ -66,9 +66,7 @@ def keyed_keep(key: Tensor, salt: int, shape: torch.Size, p: float, clients: int
     for start in range(0, pairs, size):
         index = torch.arange(start, min(start + size, pairs), dtype=torch.int32,
                              device=key.device)
-        h = _fmix32(index * GOLDEN + base)
-        masks.append(torch.stack(((h & 0xFFFF) >= threshold,
-                                  ((h >> 16) & 0xFFFF) >= threshold), -1).flatten())
+        masks.append(_pair_bits(_fmix32(index * GOLDEN + base), threshold))
     keep = masks[0] if len(masks) == 1 else torch.cat(masks)
     return keep[:count].view(shape)
 

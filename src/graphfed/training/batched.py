@@ -246,20 +246,20 @@ def _train_group(trainer: Trainer, jobs: list[ClientJob], epochs: int,
             active = None if all(b is not None for b in chosen) else torch.tensor(
                 [b is not None for b in chosen], device=device)
             weight = torch.ones(clients, device=device) if active is None else active.float()
+            terms = []  # per client, still to be backpropagated
             if joined:  # the losses' gradients are in the stacks already
                 loss, counts = _joined_backward(model, live, keys, step, chosen, weight)
-                objective = torch.zeros(clients, device=device)
             else:
                 loss, counts = (
                     _node_losses(model, live, keys, step, layout, chosen, whole)
                     if layout is not None else _graph_losses(model, live, keys, step, chosen))
-                objective = loss
+                terms.append(loss)
             if anchor is not None:
-                objective = objective + proximal_penalty(mu, live, anchor, clients=True)
+                terms.append(proximal_penalty(mu, live, anchor, clients=True))
             if offset is not None:
-                objective = objective + linear_penalty(offset, live, clients=True)
-            if objective.requires_grad:
-                (objective * weight).sum().backward()
+                terms.append(linear_penalty(offset, live, clients=True))
+            if terms:
+                (sum(terms) * weight).sum().backward()
             optimizer.step(active)
             for p in live.values():
                 p.grad = None

@@ -151,13 +151,13 @@ def join_clients(chosen: list[GraphBatch | None]) -> JoinedBatch | None:
     """The clients' batches joined (a client without one holds no rows); None when nodes and
     graphs are as many, so that a row count would name no layout."""
     real = [b for b in chosen if b is not None]
-    inputs, _ = join_graph_batches(real)
     device = real[0].x.device
     nodes, graphs = (Rows.of(torch.tensor([0 if b is None else size(b) for b in chosen],
                                           device=device))
                      for size in (lambda b: len(b.x), lambda b: b.num_graphs))
     if nodes.count == graphs.count:
         return None
+    inputs, _ = join_graph_batches(real)
     return JoinedBatch(inputs, torch.cat([b.y for b in real]),
                        {nodes.count: nodes, graphs.count: graphs}, graphs)
 
