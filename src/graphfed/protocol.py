@@ -123,15 +123,11 @@ def check_message(message: Message, expected: TensorSpec | None = None,
 
 
 def _sums_finite(tensors) -> bool:
-    """Whether the float64 sum of the tensors of each (device, dtype) is finite: one
-    reduction over their joined values and one check for the message, instead of a mask per
-    tensor. A NaN or infinity anywhere makes its sum non-finite (infinities of both signs make
-    a NaN); finite values overflow a float64 sum only near float64's own range (never from
-    float32 or narrower), and there the caller checks element by element."""
-    groups: dict[tuple, list[Tensor]] = {}
-    for t in tensors:
-        groups.setdefault((t.device, t.dtype), []).append(t.reshape(-1))
-    sums = [torch.cat(values).sum(dtype=torch.float64) for values in groups.values()]
+    """Whether every tensor's float64 sum is finite: one reduction per tensor and one check
+    for the message, instead of a mask per tensor. A NaN or infinity anywhere makes its sum
+    non-finite; finite values overflow a float64 sum only near float64's own range (never
+    from float32 or narrower), and there the caller checks element by element."""
+    sums = [t.sum(dtype=torch.float64) for t in tensors]
     if len({s.device for s in sums}) > 1:
         sums = [s.cpu() for s in sums]
     return bool(torch.isfinite(torch.stack(sums)).all())

@@ -23,15 +23,14 @@ def weighted_average(params: Sequence[Params], weights: Sequence[float]) -> Para
     if not params:
         raise ValueError("weighted_average needs at least one parameter set")
     w = normalised_weights(weights).tolist()
-    names = list(params[0])
-    # summed in float64, one client after another, in place: no stacked copy of K clients;
-    # each client's tensors in one foreach call rather than one call per tensor
-    totals = [torch.zeros(t.shape, dtype=torch.float64, device=t.device)
-              for t in params[0].values()]
-    for p, share in zip(params, w, strict=True):
-        torch._foreach_add_(totals, [p[name] for name in names], alpha=share)
-    return {name: total.to(params[0][name].dtype)
-            for name, total in zip(names, totals, strict=True)}
+    out = {}
+    for name, first in params[0].items():
+        # summed in float64, one client after another, in place: no stacked copy of K clients
+        total = torch.zeros(first.shape, dtype=torch.float64, device=first.device)
+        for p, share in zip(params, w, strict=True):
+            total.add_(p[name], alpha=share)
+        out[name] = total.to(first.dtype)
+    return out
 
 
 def global_step(current: Params, average: Params, lr: float) -> Params:
