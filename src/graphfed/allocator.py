@@ -3,11 +3,13 @@
 By default glibc serves a large allocation with fresh pages from the OS (above its mmap
 threshold, 128 KiB to start with) and returns free memory at the top of its heap (above its trim
 threshold): a training step that frees tens of megabytes of activations and allocates them again
-at the next step then faults every page in anew. On this project's CPU machine that was a
-third of a batched CSBM round (100k nodes, 100 clients: 169-219 ms a round, 122 ms with the
-thresholds below; the centralized epoch 140 ms against 110 ms). ``keep_freed_memory`` sets both
-thresholds once for the process: mmap to glibc's 64-bit maximum (32 MiB: larger tensors still go
-back to the OS when freed), trim to 256 MiB (at most that much free memory is held back).
+at the next step then faults every page in anew. On this project's CPU machine a batched
+PROTEINS round (one joined pass of 15k nodes) took 1.27-1.42 times a centralized epoch with
+glibc's thresholds and 1.07-1.08 times with those below (``benchmarks/round_time.py`` with and
+without ``--default-allocator``). ``keep_freed_memory`` sets both thresholds once for the
+process: mmap to glibc's 64-bit maximum (32 MiB: larger tensors still go back to the OS when
+freed), trim to 256 MiB (at most that much free memory is held back). The ``graphfed`` command
+calls it; a program using graphfed as a library may call it once itself.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ data, zero-padded to the largest client (padding rows and edges sit on a dummy n
 reads); one backward pass gives each client its own gradient, since the objective is the sum of
 the clients' own losses; ``StackedOptimizer`` applies each client's Adam or SGD update. Clients
 with fewer mini-batches than their neighbours are masked out of the steps they do not have.
+Graph-level clients on the CPU are joined instead of padded (``training.joined``), all in one
+step, in passes of about ``PASS_ROWS`` nodes.
 
 Randomness is per client: its shuffling comes from a generator seeded with its own call seed,
 and its dropout masks from that seed through ``models.dropout.keyed``, so what a client draws
@@ -32,11 +34,11 @@ from graphfed.training.stacked_optim import StackedOptimizer
 from graphfed.training.step import LocalStep, linear_penalty, proximal_penalty
 from graphfed.training.trainer import Trainer, TrainStats
 
-# node rows one joined forward and backward pass holds: on this project's 2-core CPU a pass
-# over all ten PROTEINS clients' first batches (15k nodes) took 53 ms, the same clients in
-# passes of 1-5k nodes 40 ms (the centralized epoch's 128-graph batches hold about 4k): the
-# activations of a smaller pass stay in cache between its forward and backward
-PASS_ROWS = 4096
+# node rows one joined forward and backward pass holds, so that a step's activations stay
+# bounded however many clients train together. On the 2-core CPU the fewer the passes the
+# better (benchmarks/joined_pass.py, PROTEINS' ten clients, 15k nodes a step: a round 1.07x
+# the centralized epoch at this budget, which is one pass there, 1.14x at 4,096 rows)
+PASS_ROWS = 16384
 
 
 @dataclass
