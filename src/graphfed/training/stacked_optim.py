@@ -53,19 +53,16 @@ class StackedOptimizer:
     def _step_clients(self, clients: Tensor, count: float) -> None:
         """The step of ``clients``, each at its ``count``-th step: PyTorch's update on copies of
         their slices of the stacks (params, gradients, moments or momentum), copied back."""
-        o = self.options
         names = self._stepped()
         params = [self.params[n].index_select(0, clients) for n in names]
         grads = [self.params[n].grad.index_select(0, clients) for n in names]
-        if o.name == "adam":
+        if self.options.name == "adam":
             states = [self._moments(self.state[n], self.params[n]) for n in names]
             m = [s["m"].index_select(0, clients) for s in states]
             v = [s["v"].index_select(0, clients) for s in states]
-            adam(params, grads, m, v, [],
-                 [torch.tensor(count - 1, dtype=torch.float32, device=self.steps.device)
-                  for _ in names],
-                 fused=True, amsgrad=False, beta1=BETAS[0], beta2=BETAS[1], lr=o.lr,
-                 weight_decay=o.weight_decay, eps=EPS, maximize=False)
+            self._adam(params, grads, m, v,
+                       [torch.tensor(count - 1, dtype=torch.float32, device=self.steps.device)
+                        for _ in names])
             for state, moment, velocity in zip(states, m, v, strict=True):
                 state["m"].index_copy_(0, clients, moment)
                 state["v"].index_copy_(0, clients, velocity)
@@ -73,8 +70,7 @@ class StackedOptimizer:
             # torch's SGD starts a buffer at the first step's gradient: none before it
             buffers = [None if count == 1 or "buf" not in self.state[n]
                        else self.state[n]["buf"].index_select(0, clients) for n in names]
-            sgd(params, grads, buffers, foreach=False, weight_decay=o.weight_decay,
-                momentum=o.momentum, lr=o.lr, dampening=0.0, nesterov=False, maximize=False)
+            self._sgd(params, grads, buffers)
             for name, buffer in zip(names, buffers, strict=True):
                 if buffer is not None:
                     self.state[name].setdefault(
@@ -85,30 +81,40 @@ class StackedOptimizer:
     def _fused_adam(self) -> None:
         """Every client's Adam step at once, their step counts equal: the fused kernel on the
         stacks (its own step counter per stack, in step with ``self.steps``)."""
-        o = self.options
         names = self._stepped()
         states = [self._moments(self.state[n], self.params[n]) for n in names]
         for state in states:
             state.setdefault("step", torch.zeros((), device=self.steps.device))
-        adam([self.params[n] for n in names], [self.params[n].grad for n in names],
-             [s["m"] for s in states], [s["v"] for s in states], [],
-             [s["step"] for s in states], fused=True, amsgrad=False, beta1=BETAS[0],
-             beta2=BETAS[1], lr=o.lr, weight_decay=o.weight_decay, eps=EPS, maximize=False)
+        self._adam([self.params[n] for n in names], [self.params[n].grad for n in names],
+                   [s["m"] for s in states], [s["v"] for s in states],
+                   [s["step"] for s in states])
 
     def _lockstep_sgd(self) -> None:
         """Every client's SGD step at once, unmasked: torch's single-tensor update on the
         stacks, the sequential trainer's arithmetic (on FairGFL's 40 Cora clients the masked
         update with its copies of the [40, 1433, 256] stack took a third of a batched
         round)."""
-        o = self.options
         names = self._stepped()
         buffers = [self.state[n].get("buf") for n in names]
-        sgd([self.params[n] for n in names], [self.params[n].grad for n in names], buffers,
-            foreach=False, weight_decay=o.weight_decay, momentum=o.momentum, lr=o.lr,
-            dampening=0.0, nesterov=False, maximize=False)
+        self._sgd([self.params[n] for n in names], [self.params[n].grad for n in names], buffers)
         for name, buffer in zip(names, buffers, strict=True):
             if buffer is not None:
                 self.state[name]["buf"] = buffer
+
+    def _adam(self, params: list[Tensor], grads: list[Tensor], m: list[Tensor],
+              v: list[Tensor], steps: list[Tensor]) -> None:
+        """PyTorch's fused Adam, in place, with the trainer's options (``steps``: each
+        tensor's count before this step)."""
+        o = self.options
+        adam(params, grads, m, v, [], steps, fused=True, amsgrad=False, beta1=BETAS[0],
+             beta2=BETAS[1], lr=o.lr, weight_decay=o.weight_decay, eps=EPS, maximize=False)
+
+    def _sgd(self, params: list[Tensor], grads: list[Tensor], buffers: list) -> None:
+        """PyTorch's single-tensor SGD, in place, with the trainer's options (``buffers``
+        filled in where a first step starts one)."""
+        o = self.options
+        sgd(params, grads, buffers, foreach=False, weight_decay=o.weight_decay,
+            momentum=o.momentum, lr=o.lr, dampening=0.0, nesterov=False, maximize=False)
 
     def _stepped(self) -> list[str]:
         """The stacks this step updates: those that received a gradient."""
