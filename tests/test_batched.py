@@ -16,7 +16,7 @@ from graphfed.experiment import build_federation
 from graphfed.models.dropout import dropout, keyed, keyed_keep, keyed_keep_at
 from graphfed.runtime import simulation
 from graphfed.seeding import call_seed
-from graphfed.training import batched
+from graphfed.training import batched, plans
 from graphfed.training.batched import (
     ClientJob,
     batch_refusal,
@@ -121,6 +121,31 @@ def test_a_clients_dropout_does_not_depend_on_who_trains_beside_it(overrides):
     assert all(torch.equal(again[n], first[n]) for n in again)
 
 
+@pytest.mark.parametrize("overrides", [
+    pytest.param([*NODE, "model.sparse_features=true"], marks=require("Cora"), id="node-csr"),
+    pytest.param([*GRAPH, "batch_size=16"], marks=require("MUTAG"), id="graph-mini-batch")])
+def test_a_gpus_plan_trains_every_client_as_the_cpus_plan_dropout_included(overrides,
+                                                                           monkeypatch):
+    """The accelerator plan (padded, one group, whole masks hashed at once), run on the CPU,
+    draws the same masks as the CPU's (joined graphs, size groups, chunked hashes): only the
+    float summation order differs."""
+    trainer, jobs = _jobs(overrides, [0, 3, 1, 2])
+    on_cpu = train_together(trainer, jobs, 2, 16)
+    layouts = []
+    monkeypatch.setattr(plans, "for_device", lambda device: plans.ACCELERATOR_PLAN)
+    monkeypatch.setattr(batched, "_train_group", lambda *a, _run=batched._train_group, **kw:
+                        layouts.append((len(a[1]), kw.get("joined", False))) or _run(*a, **kw))
+    on_gpu = train_together(trainer, jobs, 2, 16)
+    assert layouts == [(4, False)]  # one padded group: no joined rows, no size groups
+    for (want, want_stats), (got, got_stats) in zip(on_cpu, on_gpu, strict=True):
+        for name, value in want.items():  # Adam's rounding-level weights, as above
+            diff = (got[name] - value).abs()
+            assert diff.max() < 1e-4, (name, diff.max())
+            assert int((diff > 1e-5).sum()) <= max(3, diff.numel() // 10_000), name
+        assert got_stats.loss == pytest.approx(want_stats.loss, abs=1e-5)
+        assert (got_stats.steps, got_stats.samples) == (want_stats.steps, want_stats.samples)
+
+
 @require("Cora")
 def test_clients_on_sparse_features_train_as_on_dense_ones_dropout_included():
     """The keyed masks of CSR features are the dense ones', so only summation order differs."""
@@ -134,7 +159,7 @@ def test_clients_on_sparse_features_train_as_on_dense_ones_dropout_included():
 
 @given(st.lists(st.floats(0, 1e6), max_size=40))
 def test_size_groups_cover_every_client_once_within_twice_their_smallest(sizes):
-    groups = size_groups(sizes)
+    groups = size_groups(sizes, 2.0)
     assert sorted(k for g in groups for k in g) == list(range(len(sizes)))
     for group in groups:
         assert max(sizes[k] for k in group) <= 2 * min(sizes[k] for k in group)
@@ -149,7 +174,7 @@ def test_size_groups_cover_every_client_once_within_twice_their_smallest(sizes):
 def test_clients_of_very_different_sizes_train_in_separate_stacks(monkeypatch):
     trainer, jobs = _jobs(GRAPH, [0, 1, 2, 3])
     sizes = [step_size(j.data, None) for j in jobs]
-    groups = size_groups(sizes)
+    groups = size_groups(sizes, plans.CPU_PLAN.size_spread)
     # MUTAG's Dirichlet clients differ enough (fedavg-graph-full-batch above trains them so)
     assert len(groups) > 1, sizes
     stacked = []
@@ -188,16 +213,16 @@ def test_keyed_bits_at_given_positions_are_those_of_the_whole_mask():
     assert torch.equal(keyed_keep_at(key, 3, positions.to(torch.int32), 0.4), whole[positions])
 
 
-@pytest.mark.parametrize("clients", [1, 64, 4096])
-def test_keyed_dropout_hashed_in_chunks_is_each_clients_whole_mask(clients):
-    # 64 and 4096 clients make the chunks 1,024 elements: 3 chunks of this 2,500-element
-    # tensor, the last one short; the vmap runs 3 clients whatever the chunk size says
+@pytest.mark.parametrize("chunk", [None, 1024, 1000])
+def test_keyed_dropout_hashed_in_chunks_is_each_clients_whole_mask(chunk):
+    # chunks of 1,024 and 1,000 elements: 3 chunks of this 2,500-element tensor, the last one
+    # short; None: the whole mask at once
     gen = torch.Generator().manual_seed(3)
     x = torch.randn(3, 50, 50, generator=gen)
     keys = torch.tensor([4, 5, 6], dtype=torch.int32)
 
     def drop(key, features):
-        with keyed(key, 2, clients=clients):
+        with keyed(key, 2, chunk=chunk):
             return dropout(features, 0.25, True)
 
     out = torch.vmap(drop)(keys, x)

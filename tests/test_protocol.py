@@ -6,7 +6,7 @@ import torch
 from graphfed.config import load_config
 from graphfed.experiment import build_federation
 from graphfed.mechanisms.aggregation import weighted_average
-from graphfed.protocol import Message, MessageError, check_message
+from graphfed.protocol import Message, MessageError, check_message, finite_messages
 from tests.conftest import require
 
 
@@ -52,6 +52,24 @@ def test_the_finite_check_names_the_bad_tensor_and_accepts_sums_that_overflow():
     # finite float64 values whose float64 sum overflows: finite, so accepted
     check_message(Message({"a": ok, "b": torch.full((4,), 1e308, dtype=torch.float64)}))
     check_message(Message({"a": ok, "i": torch.tensor([2**62, 2**62])}))  # integers: no check
+
+
+def test_many_messages_are_checked_finite_at_once_and_the_bad_ones_named():
+    good = Message({"w": torch.ones(3, 2), "b": torch.zeros(2), "n": torch.tensor([2**62])})
+    messages = {
+        0: good,
+        1: Message({"w": torch.ones(3, 2), "b": torch.tensor([0.0, float("nan")])}),
+        2: Message({"w": torch.full((3, 2), float("-inf")), "b": torch.zeros(2)}),
+        3: Message({"h": torch.full((4096,), 60000.0, dtype=torch.float16)}),  # norm > fp16 max
+        4: Message({"e": torch.zeros(0), "d": torch.ones(2, dtype=torch.float64)}),
+        5: "not a message",
+        6: Message({"w": [1.0]}),
+    }
+    assert finite_messages(messages) == {0, 3, 4}
+    assert finite_messages({}) == set()
+    for key in (1, 2):  # what the runtime passes on: the culprit is named
+        with pytest.raises(MessageError, match="NaN or infinite"):
+            check_message(messages[key], finite=key in finite_messages(messages))
 
 
 def test_message_bytes_are_tensor_sizes_plus_scalars():

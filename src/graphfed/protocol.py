@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import torch
 from pydantic import BaseModel
@@ -32,6 +33,7 @@ Scalar = int | float | bool
 TensorSpec = dict[str, tuple[tuple[int, ...], torch.dtype]]
 SCALAR_BYTES = 8
 SERVER_DEVICE = torch.device("cpu")
+K = TypeVar("K")
 
 # the reply scalars the shared round logic reads by name
 NUM_SAMPLES = "num_samples"  # training samples behind a client's update (aggregation weight)
@@ -71,17 +73,18 @@ def move_messages(messages: dict[int, Message], device: torch.device | str
     per message) instead of one copy per message; anything else moves one by one."""
     moved = {c: Message({}, dict(m.scalars)) for c, m in messages.items()}
     names = {name for m in messages.values() for name in m.tensors}
-    for name in names:
-        holders = [c for c, m in messages.items() if name in m.tensors]
-        tensors = [messages[c].tensors[name] for c in holders]
-        first = tensors[0]
-        if len(tensors) > 1 and all(t.shape == first.shape and t.dtype == first.dtype
-                                    and t.device == first.device for t in tensors):
-            copies = torch.stack([t.detach() for t in tensors]).to(device).unbind(0)
-        else:
-            copies = [t.detach().to(device, copy=True) for t in tensors]
-        for c, copy in zip(holders, copies, strict=True):
-            moved[c].tensors[name] = copy
+    with torch.no_grad():  # copies that record no graph: no detach per tensor
+        for name in names:
+            holders = [c for c, m in messages.items() if name in m.tensors]
+            tensors = [messages[c].tensors[name] for c in holders]
+            first = tensors[0]
+            if len(tensors) > 1 and all(t.shape == first.shape and t.dtype == first.dtype
+                                        and t.device == first.device for t in tensors):
+                copies = torch.stack(tensors).to(device).unbind(0)
+            else:
+                copies = [t.to(device, copy=True) for t in tensors]
+            for c, copy in zip(holders, copies, strict=True):
+                moved[c].tensors[name] = copy
     for c, m in messages.items():  # keep each message's own tensor order
         moved[c].tensors = {name: moved[c].tensors[name] for name in m.tensors}
     return moved
@@ -92,17 +95,21 @@ def spec_of(tensors: dict[str, Tensor]) -> TensorSpec:
 
 
 def check_message(message: Message, expected: TensorSpec | None = None,
-                  required_scalars: tuple[str, ...] = (), sender: str = "message") -> None:
-    """Raise MessageError unless ``message`` is well formed and matches ``expected``."""
+                  required_scalars: tuple[str, ...] = (), sender: str = "message",
+                  finite: bool | None = None) -> None:
+    """Raise MessageError unless ``message`` is well formed and matches ``expected``.
+    ``finite``: whether ``finite_messages`` found its floating-point tensors finite, when the
+    caller checked many messages at once; None checks here."""
     if not isinstance(message, Message):
         raise MessageError(f"{sender}: expected a Message, got {type(message).__name__}")
     for name, t in message.tensors.items():
         if not isinstance(t, Tensor):
             raise MessageError(f"{sender}: '{name}' is a {type(t).__name__}, not a tensor")
-    floats = {name: t for name, t in message.tensors.items() if t.is_floating_point()}
-    if floats and not _sums_finite(floats.values()):
-        for name, t in floats.items():  # a non-finite sum: find the culprit, if any
-            if not bool(torch.isfinite(t).all()):
+    if finite is None:
+        finite = bool(finite_messages({sender: message}))
+    if not finite:  # a non-finite norm: find the culprit, if any
+        for name, t in message.tensors.items():
+            if t.is_floating_point() and not bool(torch.isfinite(t).all()):
                 raise MessageError(f"{sender}: '{name}' has NaN or infinite values")
     for name, v in message.scalars.items():
         if not isinstance(v, (int, float, bool)) or (isinstance(v, float) and not math.isfinite(v)):
@@ -122,15 +129,28 @@ def check_message(message: Message, expected: TensorSpec | None = None,
                                f"expected {shape} {dtype}")
 
 
-def _sums_finite(tensors) -> bool:
-    """Whether every tensor's float64 sum is finite: one reduction per tensor and one check
-    for the message, instead of a mask per tensor. A NaN or infinity anywhere makes its sum
-    non-finite; finite values overflow a float64 sum only near float64's own range (never
-    from float32 or narrower), and there the caller checks element by element."""
-    sums = [t.sum(dtype=torch.float64) for t in tensors]
-    if len({s.device for s in sums}) > 1:
-        sums = [s.cpu() for s in sums]
-    return bool(torch.isfinite(torch.stack(sums)).all())
+def finite_messages(messages: Mapping[K, Any]) -> set[K]:
+    """The keys of the ``messages`` (Messages, or anything a peer sent) whose floating-point
+    tensors all have a finite L1 norm: one ``_foreach_norm`` over every tensor of every
+    message per device and dtype, and one read of the flags, where a check per message costs
+    a reduction per tensor and a device read per message. A NaN or infinity anywhere makes its
+    norm non-finite. Finite values overflow the norm only near the float32 range (norms of
+    narrower types are taken in float32); ``check_message`` then looks element by element."""
+    groups: dict[tuple, tuple[list[Tensor], list[K]]] = {}
+    senders = {key for key, m in messages.items() if isinstance(m, Message)
+               and all(isinstance(t, Tensor) for t in m.tensors.values())}
+    for key in senders:
+        for t in messages[key].tensors.values():
+            if t.is_floating_point() and t.numel():
+                tensors, owners = groups.setdefault((t.device, t.dtype), ([], []))
+                tensors.append(t)
+                owners.append(key)
+    failed: set[K] = set()
+    for (_, dtype), (tensors, owners) in groups.items():
+        norms = torch._foreach_norm(tensors, 1, dtype=torch.promote_types(dtype, torch.float32))
+        flags = torch.stack(norms).isfinite().tolist()
+        failed.update(key for key, ok in zip(owners, flags, strict=True) if not ok)
+    return senders - failed
 
 
 def _shape_fits(got: tuple[int, ...], expected: tuple[int, ...]) -> bool:

@@ -23,14 +23,14 @@ def weighted_average(params: Sequence[Params], weights: Sequence[float]) -> Para
     if not params:
         raise ValueError("weighted_average needs at least one parameter set")
     w = normalised_weights(weights).tolist()
-    out = {}
-    for name, first in params[0].items():
-        # summed in float64, one client after another, in place: no stacked copy of K clients
-        total = torch.zeros(first.shape, dtype=torch.float64, device=first.device)
-        for p, share in zip(params, w, strict=True):
-            total.add_(p[name], alpha=share)
-        out[name] = total.to(first.dtype)
-    return out
+    names = list(params[0])
+    # summed in float64, one client after another, in place: no stacked copy of K clients,
+    # and one multi-tensor add a client rather than one add a tensor
+    totals = [torch.zeros(params[0][n].shape, dtype=torch.float64, device=params[0][n].device)
+              for n in names]
+    for p, share in zip(params, w, strict=True):
+        torch._foreach_add_(totals, [p[n] for n in names], alpha=share)
+    return {n: total.to(params[0][n].dtype) for n, total in zip(names, totals, strict=True)}
 
 
 def global_step(current: Params, average: Params, lr: float) -> Params:

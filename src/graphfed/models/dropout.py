@@ -47,20 +47,17 @@ def _fmix32(h: Tensor) -> Tensor:
     return h
 
 
-# elements hashed at once across all the clients of a vmapped call (``keyed_keep``)
-CHUNK = 1 << 16
-
-
-def keyed_keep(key: Tensor, salt: int, shape: torch.Size, p: float, clients: int = 1) -> Tensor:
+def keyed_keep(key: Tensor, salt: int, shape: torch.Size, p: float,
+               chunk: int | None = None) -> Tensor:
     """A keep-mask (each element kept with probability 1 - p) for ``shape`` from ``key`` (an
     int32 tensor, a per-client scalar under vmap) and ``salt`` (which call this is): element
     i's 16 bits of the hash of (key, salt, i // 2) against p * 2**16 (``keyed_keep_at``), so one
-    hash serves two elements. Hashed ``CHUNK`` elements at a time across the ``clients`` of a
-    vmapped call, so the hash's temporaries stay in cache instead of streaming through memory
+    hash serves two elements. Hashed ``chunk`` elements a client at a time (None: all at once),
+    so that on a CPU the hash's temporaries stay in cache instead of streaming through memory
     a dozen times; the bits do not depend on the chunking."""
     count = shape.numel()
     pairs = (count + 1) // 2
-    size = max(1024, CHUNK // clients) // 2  # pairs of elements a chunk
+    size = max(pairs, 1) if chunk is None else max(chunk // 2, 1)  # pairs of elements a chunk
     threshold, base = _threshold(p), _base(key, salt)
     masks = []
     for start in range(0, pairs, size):
@@ -137,7 +134,7 @@ class _Keys:
     step: int = 0
     site: int = 0
     feature_nonzeros: Tensor | None = None
-    clients: int = 1
+    chunk: int | None = None
     rows: dict[int, Rows] | None = None
 
 
@@ -146,14 +143,14 @@ _ACTIVE: ContextVar[_Keys | None] = ContextVar("graphfed_dropout_keys", default=
 
 @contextmanager
 def keyed(keys: Tensor, step: int, feature_nonzeros: Tensor | None = None,
-          clients: int = 1, rows: dict[int, Rows] | None = None) -> Iterator[None]:
+          chunk: int | None = None, rows: dict[int, Rows] | None = None) -> Iterator[None]:
     """Draw the masks of this training step (``step``) from ``keys``. ``feature_nonzeros``:
     the flat positions of the input features' non-zeros (any padding pointing at a zero), so
-    the dropout on the features hashes those positions only. ``clients``: how many clients
-    the surrounding vmap runs (it sizes the chunks hashed at once; the masks do not depend
-    on it). ``rows``: the joined layout (no vmap; ``keys`` holds every client's key), the
-    owners of a joined tensor's rows by its row count."""
-    token = _ACTIVE.set(_Keys(keys, step, feature_nonzeros=feature_nonzeros, clients=clients,
+    the dropout on the features hashes those positions only. ``chunk``: the elements of a
+    mask hashed at once a client (``keyed_keep``; the masks do not depend on it). ``rows``:
+    the joined layout (no vmap; ``keys`` holds every client's key), the owners of a joined
+    tensor's rows by its row count."""
+    token = _ACTIVE.set(_Keys(keys, step, feature_nonzeros=feature_nonzeros, chunk=chunk,
                               rows=rows))
     try:
         yield
@@ -189,7 +186,7 @@ def dropout(x: Tensor | PaddedCsr, p: float, training: bool, on_features: bool =
         return _dropout_at(x, keys.keys, salt, keys.feature_nonzeros, p)
     # only the mask is chunked: a product of slices would make autograd's backward write a
     # whole-size gradient per slice
-    return x * keyed_keep(keys.keys, salt, x.shape, p, keys.clients) / (1.0 - p)
+    return x * keyed_keep(keys.keys, salt, x.shape, p, keys.chunk) / (1.0 - p)
 
 
 def _next_salt(keys: _Keys) -> int:

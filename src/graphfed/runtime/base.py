@@ -25,6 +25,7 @@ from graphfed.protocol import (
     MessageError,
     Server,
     check_message,
+    finite_messages,
 )
 from graphfed.seeding import SERVER, seeded_call
 
@@ -99,17 +100,22 @@ class Runtime(ABC):
                   deliver, reply_spec, check_reply=None
                   ) -> tuple[RoundRecord, dict[int, Message]]:
         """Deliver ``messages``, keep the replies that pass the boundary check."""
-        checked: set[int] = set()  # a message sent to many clients is checked once
+        # a message sent to many clients is checked once; all are checked for finite values
+        # in one pass, and so are all the replies
+        distinct: dict[int, tuple[int, Message]] = {}
         for client, message in messages.items():
-            if id(message) not in checked:
-                check_message(message, sender=f"server -> client {client}")
-                checked.add(id(message))
+            distinct.setdefault(id(message), (client, message))
+        finite = finite_messages({key: m for key, (_, m) in distinct.items()})
+        for key, (client, message) in distinct.items():
+            check_message(message, sender=f"server -> client {client}", finite=key in finite)
         replies, dropped = deliver(messages)
+        finite = finite_messages(replies)
         valid = {}  # in client order, whatever order replies arrived in: aggregation that
         for client, reply in sorted(replies.items()):  # concatenates or samples sees one order
             expected, scalars = reply_spec(client)
             try:
-                check_message(reply, expected, scalars, sender=f"client {client}")
+                check_message(reply, expected, scalars, sender=f"client {client}",
+                              finite=client in finite)
                 if check_reply is not None:
                     check_reply(client, reply)
             except MessageError as e:

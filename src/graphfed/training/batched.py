@@ -28,6 +28,7 @@ from torch.func import functional_call, vmap
 from graphfed.models.dropout import keyed
 from graphfed.models.sparse import PaddedCsr, is_csr
 from graphfed.tensors import Params
+from graphfed.training import plans
 from graphfed.training.batches import GraphBatch, NodeBatch, PreparedClient, PreparedNodeClient
 from graphfed.training.joined import join_clients, joined_forward, joins
 from graphfed.training.stacked_optim import StackedOptimizer
@@ -163,7 +164,7 @@ def step_size(data: PreparedClient, batch_size: int | None) -> float:
     return len(graphs.x) * share
 
 
-def size_groups(sizes: list[float], spread: float = 2.0) -> list[list[int]]:
+def size_groups(sizes: list[float], spread: float) -> list[list[int]]:
     """Positions of ``sizes`` in groups whose largest is at most ``spread`` times their
     smallest, largest first: padded to its own largest member, no group pads a client to more
     than ``spread`` times its size (one client of 6,224 nodes beside nine of 300-2,300 would
@@ -184,7 +185,8 @@ def train_together(trainer: Trainer, jobs: list[ClientJob], epochs: int,
     parameters, views of one stack, and ``TrainStats``); a client's result does not depend on
     who trains beside it. Graph-level clients in the joined layout (``joined``; None: wherever
     ``joined.joins`` says it serves) train all in one pass per step, unpadded; otherwise
-    clients of similar size train in one padded pass per step (``size_groups``). ``cache``
+    clients of similar size (``size_groups``, as far apart as the device's plan allows) train in one
+    padded pass per step. ``cache``
     keeps each group's padded node layout between calls."""
     graph_level = not isinstance(jobs[0].data, PreparedNodeClient)
     if joined is None:
@@ -196,14 +198,14 @@ def train_together(trainer: Trainer, jobs: list[ClientJob], epochs: int,
     return by_size_group([step_size(j.data, batch_size) for j in jobs], cache,
                          lambda members, group_cache: _train_group(
                              trainer, [jobs[k] for k in members], epochs, batch_size,
-                             group_cache))
+                             group_cache), plans.for_device(trainer.device).size_spread)
 
 
 def by_size_group(sizes: list[float], cache: dict | None,
-                  run: Callable[[list[int], dict | None], list]) -> list:
-    """``run(members, group_cache)`` for each of ``size_groups(sizes)``, its results put back
-    in the order of ``sizes``; ``cache`` keeps one sub-cache per group."""
-    groups = size_groups(sizes)
+                  run: Callable[[list[int], dict | None], list], spread: float) -> list:
+    """``run(members, group_cache)`` for each of ``size_groups(sizes, spread)``, its results
+    put back in the order of ``sizes``; ``cache`` keeps one sub-cache per group."""
+    groups = size_groups(sizes, spread)
     if cache is not None:
         for stale in [g for g in cache if not isinstance(g, int) or g >= len(groups)]:
             del cache[stale]
@@ -269,10 +271,11 @@ def _train_group(trainer: Trainer, jobs: list[ClientJob], epochs: int,
             samples += counts
             steps += 1 if active is None else active
             step += 1
-    trained = {n: v.detach() for n, v in live.items()}
-    total_l, samples_l, steps_l = total.tolist(), samples.tolist(), steps.tolist()
+    trained = {n: v.detach().unbind(0) for n, v in live.items()}
+    # one read of the device for every client's statistics (counts are exact in float64)
+    total_l, samples_l, steps_l = torch.stack([total.double(), samples, steps]).tolist()
     return [({n: v[k] for n, v in trained.items()},
-             TrainStats(total_l[k] / max(samples_l[k], 1), steps_l[k], samples_l[k]))
+             TrainStats(total_l[k] / max(samples_l[k], 1), int(steps_l[k]), int(samples_l[k])))
             for k in range(clients)]
 
 
@@ -390,8 +393,11 @@ def stacked_forward(model, live: Params, keys: Tensor | None, step: int, inputs:
 
         return vmap(plain, in_dims=(0, *data_dims))(live, *inputs)
 
+    elements = plans.for_device(keys.device).hash_elements  # hashed at once across the clients
+    chunk = None if elements is None else max(1024, elements // len(keys))
+
     def one(params, key, nonzeros, *args):
-        with keyed(key, step, nonzeros, clients=len(keys)):
+        with keyed(key, step, nonzeros, chunk):
             return functional_call(model, params, args)
 
     return vmap(one, in_dims=(0, 0, None if feature_nonzeros is None else 0, *data_dims))(

@@ -27,6 +27,7 @@ from torch_geometric.data import Batch, Data
 
 from graphfed.models.sparse import PaddedCsr, is_csr, join_rows
 from graphfed.tensors import Params
+from graphfed.training import plans
 from graphfed.training.batched import (
     by_size_group,
     cached_for,
@@ -92,7 +93,8 @@ def evaluate_together(trainer: Trainer, jobs: list[EvalJob], cache: dict | None 
                     else _graph_outputs(trainer, stacked, group))
 
         outputs = by_size_group([step_size(c, None) for c in clients],
-                                cache.setdefault("padded", {}), run)
+                                cache.setdefault("padded", {}), run,
+                                plans.for_device(trainer.device).size_spread)
     metrics = [trainer.split_metrics(o, c) for o, c in zip(outputs, clients, strict=True)]
     scored = [k for k, j in enumerate(jobs) if j.global_test is not None]
     if scored:

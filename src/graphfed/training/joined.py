@@ -28,6 +28,7 @@ from torch.func import functional_call
 from graphfed.models.dropout import keyed
 from graphfed.models.rows import Rows
 from graphfed.tensors import Params
+from graphfed.training import plans
 from graphfed.training.batches import GraphBatch
 
 # the graph-level backbones whose parameters meet the data only in linear maps and bias
@@ -42,7 +43,7 @@ _ELEMENTWISE = {torch.Tensor.add, torch.Tensor.__add__, torch.Tensor.__radd__, t
 def joins(model, device: torch.device) -> bool:
     """Whether graph-level clients of ``model`` train in the joined layout on ``device``."""
     opts = getattr(model, "opts", None)
-    return device.type == "cpu" and opts is not None and opts.name in JOINED_MODELS
+    return plans.for_device(device).joined and opts is not None and opts.name in JOINED_MODELS
 
 
 class StackedParam(Tensor):

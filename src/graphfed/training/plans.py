@@ -1,0 +1,40 @@
+"""How the batched engine lays its clients out on a device.
+
+What is cheap differs: a CPU does every padded element's arithmetic itself and is fastest when
+a pass's temporaries stay in its cache, while a GPU does the arithmetic in parallel and is slowed
+by the kernels it is asked to launch, each of which costs the host several microseconds
+(``benchmarks/round_ops.py`` counts them). One plan per kind of device keeps these choices in
+one place; callers read it as ``plans.for_device(device)``, so a test or a benchmark can try a
+GPU's plan on the CPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class DevicePlan:
+    """``joined``: graph-level clients concatenated unpadded, every linear layer one grouped
+    product (``training.joined``; on CUDA, float32 ``grouped_mm`` loops over the clients with
+    a host read of their offsets). ``size_spread``: the most a padded group's largest client
+    may exceed its smallest (``batched.size_groups``): every group costs its own passes.
+    ``hash_elements``: elements a keyed dropout mask hashes at once across a step's clients
+    (None: the whole mask in one pass)."""
+
+    joined: bool
+    size_spread: float
+    hash_elements: int | None
+
+
+CPU_PLAN = DevicePlan(joined=True, size_spread=2.0, hash_elements=1 << 16)
+# a GPU pads rather than split a round into more passes; the spread still bounds the memory
+# one skewed client can make the others pad to
+ACCELERATOR_PLAN = DevicePlan(joined=False, size_spread=32.0, hash_elements=None)
+
+
+def for_device(device: torch.device | str) -> DevicePlan:
+    """The plan for clients computing on ``device``."""
+    return CPU_PLAN if torch.device(device).type == "cpu" else ACCELERATOR_PLAN
