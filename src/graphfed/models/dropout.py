@@ -12,6 +12,7 @@ CPU, where PyTorch's Bernoulli sampler costs about 10 ns an element.
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -74,8 +75,16 @@ def _threshold(p: float) -> int:
 
 
 def _base(key: Tensor, salt: int) -> Tensor:
-    """The hash's per-call offset: (key, salt) mixed once, then added to every pair index."""
-    return _fmix32(key ^ _int32((salt * SALT) & MASK32))
+    """The hash's per-call offset, added to every pair index: the key plus the salt's own
+    hash, so a call costs the clients' keys one addition on their device rather than a hash.
+    Keys are seeds (hashes already), and the finaliser mixes the sum of offset and index."""
+    return key + _salt_offset(salt)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _salt_offset(salt: int) -> int:
+    """``salt`` hashed on the host, as a signed 32-bit value (computed once per salt)."""
+    return int(_fmix32(torch.tensor(_int32((salt * SALT) & MASK32), dtype=torch.int32)))
 
 
 def keyed_keep_at(key: Tensor, salt: int, index: Tensor, p: float) -> Tensor:
