@@ -8,7 +8,15 @@ from torch_geometric.data import Batch
 from torch_geometric.nn import GCNConv
 
 from graphfed.data import build_partition, materialize, parse_partition
-from graphfed.metrics import classification_metrics, entropy, pearson, variance
+from graphfed.metrics import (
+    classification_metrics,
+    entropy,
+    majority_class,
+    majority_classes,
+    many_classification_metrics,
+    pearson,
+    variance,
+)
 from graphfed.models import ModelOptions, build_model
 from graphfed.training.batches import PreparedGraphClient
 from tests.conftest import require
@@ -82,6 +90,44 @@ def test_classification_metrics_match_hand_computation():
     # per-class F1: class0 2*1/(2+1+1)=0.5, class1 2*2/(4+1+0)=0.8, class2 2/(2+0+1)=2/3
     assert m["macro_f1"] == pytest.approx((0.5 + 0.8 + 2 / 3) / 3)
     assert m["n"] == 6
+
+
+def test_many_sets_scored_together_are_each_set_scored_by_hand():
+    gen = torch.Generator().manual_seed(0)
+    sets = []
+    for size, majority in ((6, None), (0, 1), (9, 2), (1, 0)):
+        logits = torch.randn(size, 4, generator=gen)
+        target = torch.randint(0, 4, (size,), generator=gen)
+        sets.append((logits, target, majority))
+    for (logits, target, majority), got in zip(sets, many_classification_metrics(sets, 4),
+                                               strict=True):
+        n, pred = len(target), logits.argmax(1)
+        assert got["n"] == n
+        if not n:
+            assert got["acc"] == 0 and math.isnan(got["loss"]) and got["macro_f1"] == 0
+            assert got["minority_n"] == 0 and "minority_acc" not in got
+            continue
+        assert got["acc"] == pytest.approx(float((pred == target).float().mean()))
+        assert got["loss"] == pytest.approx(
+            float(torch.nn.functional.cross_entropy(logits, target)), rel=1e-6)
+        f1 = [2 * int(((pred == k) & (target == k)).sum())
+              / (int((pred == k).sum()) + int((target == k).sum()))
+              for k in range(4) if int((pred == k).sum()) + int((target == k).sum())]
+        assert got["macro_f1"] == pytest.approx(sum(f1) / len(f1))
+        if majority is not None:
+            others = target != majority
+            assert got["minority_n"] == int(others.sum())
+            assert got["minority_acc"] == pytest.approx(
+                float((pred[others] == target[others]).float().mean()))
+    assert many_classification_metrics([], 4) == []
+
+
+def test_majorities_counted_together_are_each_sets_own():
+    labels = [torch.tensor([2, 1, 2, 1]), torch.tensor([], dtype=torch.long),
+              torch.tensor([3, 3, 0]), torch.tensor([1])]
+    assert majority_classes(labels, 4) == [1, None, 3, 1]  # a tie goes to the smallest label
+    assert majority_classes(labels, 4) == [majority_class(one, 4) for one in labels]
+    assert majority_classes([], 4) == []
 
 
 def test_fairness_measures():

@@ -19,11 +19,41 @@ def classification_metrics(logits: Tensor, target: Tensor, num_classes: int,
     With a ``majority`` class (the client's training majority) also ``minority_n``, the samples
     of any other class, and ``minority_acc``, the accuracy on them (absent when there are none:
     no number is better than a made-up 0 or 1)."""
-    n = len(target)
-    confusion = torch.bincount(target * num_classes + logits.argmax(1),
-                               minlength=num_classes ** 2)
-    # the rest on a C x C array in NumPy: a dozen tiny torch operations cost more than the pass
-    confusion = confusion.view(num_classes, num_classes).cpu().numpy().astype(np.float64)
+    return many_classification_metrics([(logits, target, majority)], num_classes)[0]
+
+
+def many_classification_metrics(scored: Sequence[tuple[Tensor, Tensor, int | None]],
+                                num_classes: int) -> list[dict[str, float]]:
+    """``classification_metrics`` of each (logits, targets, majority) set, all in one pass over
+    their joined rows and one read of the device: every confusion matrix from one count, every
+    loss from one sum (a round's evaluation scores each client's splits, which one at a time
+    cost a dozen operations and a device read each)."""
+    if not scored:
+        return []
+    c = num_classes
+    logits = torch.cat([one[0] for one in scored])
+    target = torch.cat([one[1] for one in scored])
+    sizes = [len(one[1]) for one in scored]
+    segment = torch.repeat_interleave(
+        torch.arange(len(scored), device=target.device),
+        torch.tensor(sizes, device=target.device), output_size=len(target))
+    confusion = torch.bincount((segment * c + target) * c + logits.argmax(1),
+                               minlength=len(scored) * c * c)
+    nll = F.cross_entropy(logits, target, reduction="none").double()
+    losses = torch.zeros(len(scored), dtype=torch.float64, device=nll.device).index_add_(
+        0, segment, nll)
+    # the rest on C x C arrays in NumPy: a dozen tiny torch operations cost more than the pass
+    read = torch.cat([confusion.double(), losses]).cpu().numpy()
+    confusions = read[:-len(scored)].reshape(len(scored), c, c)
+    loss_sums = read[-len(scored):]
+    return [_metrics(confusion, float(loss), n, majority) for confusion, loss, n, (_, _, majority)
+            in zip(confusions, loss_sums, sizes, scored, strict=True)]
+
+
+def _metrics(confusion: np.ndarray, loss_sum: float, n: int, majority: int | None
+             ) -> dict[str, float]:
+    """``classification_metrics`` from a set's confusion matrix (targets by rows, predictions
+    by columns, float64) and its summed cross-entropy."""
     tp = confusion.diagonal()
     fp = confusion.sum(0) - tp
     fn = confusion.sum(1) - tp
@@ -32,7 +62,7 @@ def classification_metrics(logits: Tensor, target: Tensor, num_classes: int,
     acc = float(tp.sum() / max(n, 1))
     out = {
         "acc": acc,
-        "loss": float(F.cross_entropy(logits, target)) if n else float("nan"),
+        "loss": loss_sum / n if n else float("nan"),
         "micro_f1": acc,  # single-label multi-class: micro-F1 equals accuracy
         "macro_f1": float(f1.mean()) if present.any() else 0.0,
         "n": n,
@@ -47,10 +77,22 @@ def classification_metrics(logits: Tensor, target: Tensor, num_classes: int,
 
 def majority_class(labels: Tensor, num_classes: int) -> int | None:
     """The most frequent label, the smallest on a tie; None without labels."""
-    if not len(labels):
-        return None
-    counts = torch.bincount(labels, minlength=num_classes)
-    return int(torch.nonzero(counts == counts.max())[0])
+    return majority_classes([labels], num_classes)[0]
+
+
+def majority_classes(labels: Sequence[Tensor], num_classes: int) -> list[int | None]:
+    """``majority_class`` of each label set, counted together and read once."""
+    if not labels:
+        return []
+    owner = torch.repeat_interleave(
+        torch.arange(len(labels), device=labels[0].device),
+        torch.tensor([len(one) for one in labels], device=labels[0].device))
+    counts = torch.bincount(owner * num_classes + torch.cat(list(labels)),
+                            minlength=len(labels) * num_classes)
+    counts = counts.view(len(labels), num_classes).cpu().numpy()
+    # argmax takes the first, so the smallest, of tied labels
+    return [int(row.argmax()) if len(one) else None
+            for row, one in zip(counts, labels, strict=True)]
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:

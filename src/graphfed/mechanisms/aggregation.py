@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -10,19 +11,26 @@ from torch import Tensor
 from graphfed.tensors import Params
 
 
-def normalised_weights(weights: Sequence[float]) -> Tensor:
-    """``weights`` as float64 summing to 1 (``ValueError`` for negative ones or a zero sum)."""
-    w = torch.tensor(weights, dtype=torch.float64)
-    if (w < 0).any() or w.sum() <= 0:
+def weight_shares(weights: Sequence[float]) -> list[float]:
+    """``weights`` divided by their sum (``ValueError`` for negative ones or a zero sum), in
+    Python floats: a handful of numbers costs no tensor operations."""
+    w = [float(x) for x in weights]
+    total = math.fsum(w)
+    if any(x < 0 for x in w) or not total > 0:
         raise ValueError(f"weights must be non-negative with a positive sum, got {list(weights)}")
-    return w / w.sum()
+    return [x / total for x in w]
+
+
+def normalised_weights(weights: Sequence[float]) -> Tensor:
+    """``weight_shares`` as a float64 tensor."""
+    return torch.tensor(weight_shares(weights), dtype=torch.float64)
 
 
 def weighted_average(params: Sequence[Params], weights: Sequence[float]) -> Params:
     """Sum of ``params`` weighted by ``weights`` normalised to 1 (FedAvg's server update)."""
     if not params:
         raise ValueError("weighted_average needs at least one parameter set")
-    w = normalised_weights(weights).tolist()
+    w = weight_shares(weights)
     names = list(params[0])
     # summed in float64, one client after another, in place: no stacked copy of K clients,
     # and one multi-tensor add a client rather than one add a tensor

@@ -95,7 +95,7 @@ def evaluate_together(trainer: Trainer, jobs: list[EvalJob], cache: dict | None 
         outputs = by_size_group([step_size(c, None) for c in clients],
                                 cache.setdefault("padded", {}), run,
                                 plans.for_device(trainer.device).size_spread)
-    metrics = [trainer.split_metrics(o, c) for o, c in zip(outputs, clients, strict=True)]
+    metrics = trainer.clients_split_metrics(outputs, clients)
     scored = [k for k, j in enumerate(jobs) if j.global_test is not None]
     if scored:
         on_global = _global_metrics(trainer, [jobs[k] for k in scored])
@@ -196,12 +196,11 @@ def _global_metrics(trainer: Trainer, jobs: list[EvalJob]) -> list[dict]:
         inputs = (batch.x, batch.edge_index, batch.batch, batch.num_graphs, batch.edge_weight)
         rows, index = len(batch.x), None
     chunk = max(1, GLOBAL_ROWS // max(rows, 1))
-    scores = []
+    outputs = []
     for start in range(0, len(distinct), chunk):
         logits = stacked_forward(trainer.model, _stack(distinct[start:start + chunk]), None, 0,
                                  inputs, batched_inputs=False)
-        for one in logits:
-            out = ((one[index], test.y[index]) if index is not None
-                   else (one, batch.targets))
-            scores.append(trainer.split_metrics({"test": out}, test)["test"])
-    return [scores[position[id(j.params)]] for j in jobs]
+        outputs += [{"test": (one[index], test.y[index]) if index is not None
+                     else (one, batch.targets)} for one in logits]
+    scores = trainer.clients_split_metrics(outputs, [test] * len(outputs))
+    return [scores[position[id(j.params)]]["test"] for j in jobs]

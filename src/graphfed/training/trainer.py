@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from graphfed.metrics import classification_metrics, majority_class
+from graphfed.metrics import majority_classes, many_classification_metrics
 from graphfed.tensors import Params
 from graphfed.training.batches import GraphBatch, PreparedClient, PreparedGraphClient
 from graphfed.validation import OPTIONS
@@ -159,9 +159,19 @@ class Trainer:
                       ) -> dict[str, dict]:
         """``classification_metrics`` of each split's (logits, targets), the minority taken
         against ``data``'s training-majority class."""
-        majority = majority_class(data.labels("train"), self.num_classes)
-        return {s: classification_metrics(logits, target, self.num_classes, majority)
-                for s, (logits, target) in outputs.items()}
+        return self.clients_split_metrics([outputs], [data])[0]
+
+    def clients_split_metrics(self, outputs: list[dict[str, tuple[Tensor, Tensor]]],
+                              clients: list[PreparedClient]) -> list[dict[str, dict]]:
+        """``split_metrics`` of many clients, computed together (``many_classification_metrics``):
+        what a batched evaluation scores in one pass."""
+        majorities = majority_classes([data.labels("train") for data in clients],
+                                      self.num_classes)
+        scored = [(logits, target, majority)
+                  for splits, majority in zip(outputs, majorities, strict=True)
+                  for logits, target in splits.values()]
+        metrics = iter(many_classification_metrics(scored, self.num_classes))
+        return [{s: next(metrics) for s in splits} for splits in outputs]
 
     @property
     def own_splits(self) -> tuple[str, ...]:
