@@ -5,6 +5,7 @@ trains alone."""
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 import torch
@@ -20,6 +21,7 @@ from graphfed.training import batched, plans
 from graphfed.training.batched import (
     ClientJob,
     batch_refusal,
+    row_macs,
     size_groups,
     step_size,
     train_together,
@@ -157,24 +159,60 @@ def test_clients_on_sparse_features_train_as_on_dense_ones_dropout_included():
         assert got_stats.loss == pytest.approx(want_stats.loss, abs=1e-5)
 
 
-@given(st.lists(st.floats(0, 1e6), max_size=40))
-def test_size_groups_cover_every_client_once_within_twice_their_smallest(sizes):
-    groups = size_groups(sizes, 2.0)
+@given(st.lists(st.floats(0, 1e6), max_size=40), st.sampled_from([0.0, 50.0, math.inf]))
+def test_size_groups_cover_every_client_once_within_twice_their_smallest(sizes, pass_rows):
+    groups = size_groups(sizes, 2.0, pass_rows)
     assert sorted(k for g in groups for k in g) == list(range(len(sizes)))
     for group in groups:
         assert max(sizes[k] for k in group) <= 2 * min(sizes[k] for k in group)
-    # largest first, and a group takes every client down to half its largest
-    tops = [sizes[g[0]] for g in groups]
+    tops = [sizes[g[0]] for g in groups]  # largest first, within and across groups
     assert tops == sorted(tops, reverse=True)
-    for first, second in itertools.pairwise(groups):
-        assert sizes[second[0]] * 2 < sizes[first[0]]
+    assert all(sizes[g[0]] == max(sizes[k] for k in g) for g in groups)
+
+
+@given(st.lists(st.floats(0, 1e6), max_size=40))
+def test_without_a_cost_per_pass_size_groups_are_as_few_as_the_spread_allows(sizes):
+    # the fewest: as many as a greedy pass makes, each group taking every client down to
+    # half its largest
+    firsts = []
+    for size in sorted(sizes, reverse=True):
+        if not firsts or size * 2 < firsts[-1]:
+            firsts.append(size)
+    assert len(size_groups(sizes, 2.0)) == len(firsts)
+
+
+def _grouping_cost(sizes, groups, pass_rows):
+    return sum(pass_rows + len(g) * max(sizes[k] for k in g) for g in groups)
+
+
+@given(st.lists(st.integers(0, 60), max_size=9), st.sampled_from([0.0, 30.0, 400.0, 5000.0]))
+def test_size_groups_cost_the_least_padding_and_passes_of_any_runs(exponents, pass_rows):
+    # sizes at least 1% apart (or equal), where runs of similar sizes are exact; every
+    # partition of the sorted sizes into runs within the spread, tried by brute force
+    sizes = [float(round(100 * 1.05 ** e)) for e in exponents]
+    got = _grouping_cost(sizes, size_groups(sizes, 4.0, pass_rows), pass_rows)
+    order = sorted(range(len(sizes)), key=lambda k: -sizes[k])
+    best = math.inf
+    for cuts in itertools.product([False, True], repeat=max(len(order) - 1, 0)):
+        groups, current = [], [order[0]] if order else []
+        for k, cut in zip(order[1:], cuts, strict=True):
+            if cut:
+                groups.append(current)
+                current = []
+            current.append(k)
+        groups += [current] if current else []
+        if all(max(sizes[k] for k in g) <= 4 * min(sizes[k] for k in g) for g in groups):
+            best = min(best, _grouping_cost(sizes, groups, pass_rows))
+    assert got == pytest.approx(best if order else 0.0)
 
 
 @require("MUTAG")
 def test_clients_of_very_different_sizes_train_in_separate_stacks(monkeypatch):
     trainer, jobs = _jobs(GRAPH, [0, 1, 2, 3])
     sizes = [step_size(j.data, None) for j in jobs]
-    groups = size_groups(sizes, plans.CPU_PLAN.size_spread)
+    plan = plans.CPU_PLAN
+    groups = size_groups(sizes, plan.size_spread,
+                         plan.pass_macs / row_macs(trainer.model, jobs[0].data.splits["train"].x))
     # MUTAG's Dirichlet clients differ enough (fedavg-graph-full-batch above trains them so)
     assert len(groups) > 1, sizes
     stacked = []
@@ -188,6 +226,21 @@ def test_clients_of_very_different_sizes_train_in_separate_stacks(monkeypatch):
     stacked.clear()
     train_together(trainer, jobs, 1, None)
     assert stacked == [([id(j) for j in jobs], True)]
+
+
+@require("Cora")
+def test_the_cpu_pads_cheap_rows_but_splits_off_a_large_client_with_dense_features():
+    """Cora's ten Louvain clients: nine of 257-259 nodes and one of 388. On 1,433 dense
+    features padding the nine to 388 rows costs more than a second pass; on CSR features
+    (1.3% non-zero) a row is cheap and one pass is cheaper."""
+    louvain = ["dataset=Cora", "partition=louvain", "num_clients=10"]
+    plan = plans.CPU_PLAN
+    for overrides, count in ((louvain, 2), ([*louvain, "model.sparse_features=true"], 1)):
+        trainer, jobs = _jobs(overrides, list(range(10)))
+        sizes = [step_size(j.data, None) for j in jobs]
+        assert sorted(sizes)[-2:] == [259, 388], sizes
+        pass_rows = plan.pass_macs / row_macs(trainer.model, jobs[0].data.x)
+        assert len(size_groups(sizes, plan.size_spread, pass_rows)) == count, pass_rows
 
 
 def test_keyed_masks_keep_the_rate_and_differ_between_keys_and_calls():

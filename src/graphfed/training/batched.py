@@ -17,12 +17,13 @@ sequential ``Trainer.train`` (same shuffles, same arithmetic up to summation ord
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
 from graphfed.models.dropout import keyed
@@ -164,18 +165,70 @@ def step_size(data: PreparedClient, batch_size: int | None) -> float:
     return len(graphs.x) * share
 
 
-def size_groups(sizes: list[float], spread: float) -> list[list[int]]:
-    """Positions of ``sizes`` in groups whose largest is at most ``spread`` times their
-    smallest, largest first: padded to its own largest member, no group pads a client to more
-    than ``spread`` times its size (one client of 6,224 nodes beside nine of 300-2,300 would
-    otherwise pad them all to its size)."""
-    groups: list[list[int]] = []
-    for k in sorted(range(len(sizes)), key=lambda k: -sizes[k]):
-        if groups and sizes[k] * spread >= sizes[groups[-1][0]]:
-            groups[-1].append(k)
+# sizes within this factor of each other are one run of ``size_groups``' search
+RUN_SPREAD = 1.01
+
+
+def size_groups(sizes: list[float], spread: float, pass_rows: float = math.inf
+                ) -> list[list[int]]:
+    """Positions of ``sizes`` in groups, each padded to its largest member, that cost the
+    fewest padded rows plus ``pass_rows`` a group (what one more pass costs, in rows), with no
+    group's largest more than ``spread`` times its smallest (one client of 6,224 nodes beside
+    nine of 300-2,300 would otherwise pad them all to its size). Groups are runs of the sizes
+    sorted largest first, found by dynamic programming over runs of sizes within 1% of each
+    other (padded to the run's largest), so ten thousand similar clients cost a few hundred
+    steps, not a hundred million. ``pass_rows`` infinite: as few groups as ``spread``
+    allows."""
+    order = sorted(range(len(sizes)), key=lambda k: -sizes[k])
+    runs: list[list[int]] = []  # positions, largest first, within 1% of their run's first
+    for k in order:
+        if runs and sizes[k] * RUN_SPREAD >= sizes[runs[-1][0]]:
+            runs[-1].append(k)
         else:
-            groups.append([k])
-    return groups
+            runs.append([k])
+    # cost[j]: (groups, padded rows) of the best grouping of runs[:j]; compared as rows
+    # weighted by pass_rows, or groups first where a pass is worth more than any padding
+    cost: list[tuple[int, float]] = [(0, 0.0)]
+    start: list[int] = [0]
+    for j in range(1, len(runs) + 1):
+        smallest, members, best = sizes[runs[j - 1][-1]], 0, None
+        for i in range(j - 1, -1, -1):
+            largest = sizes[runs[i][0]]
+            if largest > spread * smallest:
+                break
+            members += len(runs[i])
+            candidate = (cost[i][0] + 1, cost[i][1] + members * largest)
+            if best is None or _cheaper(candidate, best[0], pass_rows):
+                best = (candidate, i)
+        cost.append(best[0])
+        start.append(best[1])
+    groups: list[list[int]] = []
+    j = len(runs)
+    while j:
+        groups.append([k for run in runs[start[j]:j] for k in run])
+        j = start[j]
+    return groups[::-1]
+
+
+def _cheaper(a: tuple[int, float], b: tuple[int, float], pass_rows: float) -> bool:
+    """Whether grouping cost ``a`` (groups, padded rows) is below ``b``."""
+    if math.isinf(pass_rows):
+        return a < b
+    return a[0] * pass_rows + a[1] < b[0] * pass_rows + b[1]
+
+
+def _features(data: PreparedClient) -> Tensor:
+    return data.x if isinstance(data, PreparedNodeClient) else data.splits["train"].x
+
+
+def row_macs(model: nn.Module, x: Tensor) -> float:
+    """Multiply-adds a padded row costs a forward pass, roughly: the sizes of the model's
+    weight matrices, those that read the input features scaled by the features' density where
+    they are CSR (a sparse product skips the zeros)."""
+    width = x.size(-1)
+    density = x.values().numel() / max(x.size(0) * width, 1) if is_csr(x) else 1.0
+    return float(sum(p.numel() * (density if p.size(-1) == width else 1.0)
+                     for p in model.parameters() if p.dim() >= 2)) or 1.0
 
 
 def train_together(trainer: Trainer, jobs: list[ClientJob], epochs: int,
@@ -195,17 +248,21 @@ def train_together(trainer: Trainer, jobs: list[ClientJob], epochs: int,
         raise ValueError("the joined layout trains graph-level clients only")
     if joined:
         return _train_group(trainer, jobs, epochs, batch_size, None, joined=True)
-    return by_size_group([step_size(j.data, batch_size) for j in jobs], cache,
+    return by_size_group(trainer, [j.data for j in jobs],
+                         [step_size(j.data, batch_size) for j in jobs], cache,
                          lambda members, group_cache: _train_group(
                              trainer, [jobs[k] for k in members], epochs, batch_size,
-                             group_cache), plans.for_device(trainer.device).size_spread)
+                             group_cache))
 
 
-def by_size_group(sizes: list[float], cache: dict | None,
-                  run: Callable[[list[int], dict | None], list], spread: float) -> list:
-    """``run(members, group_cache)`` for each of ``size_groups(sizes, spread)``, its results
-    put back in the order of ``sizes``; ``cache`` keeps one sub-cache per group."""
-    groups = size_groups(sizes, spread)
+def by_size_group(trainer: Trainer, clients: list[PreparedClient], sizes: list[float],
+                  cache: dict | None, run: Callable[[list[int], dict | None], list]) -> list:
+    """``run(members, group_cache)`` for each group of ``size_groups`` over ``sizes`` (the
+    clients' rows a padded pass), as the device's plan weighs padding against passes; its
+    results put back in the order of ``sizes``. ``cache`` keeps one sub-cache per group."""
+    plan = plans.for_device(trainer.device)
+    pass_rows = plan.pass_macs / row_macs(trainer.model, _features(clients[0]))
+    groups = size_groups(sizes, plan.size_spread, pass_rows)
     if cache is not None:
         for stale in [g for g in cache if not isinstance(g, int) or g >= len(groups)]:
             del cache[stale]

@@ -27,7 +27,6 @@ from torch_geometric.data import Batch, Data
 
 from graphfed.models.sparse import PaddedCsr, is_csr, join_rows
 from graphfed.tensors import Params
-from graphfed.training import plans
 from graphfed.training.batched import (
     by_size_group,
     cached_for,
@@ -92,9 +91,8 @@ def evaluate_together(trainer: Trainer, jobs: list[EvalJob], cache: dict | None 
             return (_node_outputs(trainer, stacked, group, group_cache) if node
                     else _graph_outputs(trainer, stacked, group))
 
-        outputs = by_size_group([step_size(c, None) for c in clients],
-                                cache.setdefault("padded", {}), run,
-                                plans.for_device(trainer.device).size_spread)
+        outputs = by_size_group(trainer, clients, [step_size(c, None) for c in clients],
+                                cache.setdefault("padded", {}), run)
     metrics = trainer.clients_split_metrics(outputs, clients)
     scored = [k for k, j in enumerate(jobs) if j.global_test is not None]
     if scored:

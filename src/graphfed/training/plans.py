@@ -10,6 +10,7 @@ GPU's plan on the CPU.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -20,19 +21,24 @@ class DevicePlan:
     """``joined``: graph-level clients concatenated unpadded, every linear layer one grouped
     product (``training.joined``; on CUDA, float32 ``grouped_mm`` loops over the clients with
     a host read of their offsets). ``size_spread``: the most a padded group's largest client
-    may exceed its smallest (``batched.size_groups``): every group costs its own passes.
-    ``hash_elements``: elements a keyed dropout mask hashes at once across a step's clients
-    (None: the whole mask in one pass)."""
+    may exceed its smallest (``batched.size_groups``). ``pass_macs``: what one more group's
+    passes cost, as the multiply-adds of padded rows (``batched.row_macs``): clients are split
+    into more groups where that saves more padding. ``hash_elements``: elements a keyed
+    dropout mask hashes at once across a step's clients (None: the whole mask in one pass)."""
 
     joined: bool
     size_spread: float
+    pass_macs: float
     hash_elements: int | None
 
 
-CPU_PLAN = DevicePlan(joined=True, size_spread=2.0, hash_elements=1 << 16)
+# on this project's 2-core machine one more padded pass of Cora's ten clients cost about 1 ms,
+# as did 3e7 multiply-adds of padded rows (benchmarks/round_time.py)
+CPU_PLAN = DevicePlan(joined=True, size_spread=2.0, pass_macs=3e7, hash_elements=1 << 16)
 # a GPU pads rather than split a round into more passes; the spread still bounds the memory
 # one skewed client can make the others pad to
-ACCELERATOR_PLAN = DevicePlan(joined=False, size_spread=32.0, hash_elements=None)
+ACCELERATOR_PLAN = DevicePlan(joined=False, size_spread=32.0, pass_macs=math.inf,
+                              hash_elements=None)
 
 
 def for_device(device: torch.device | str) -> DevicePlan:
