@@ -7,7 +7,7 @@ data, one evaluation, and the process's peak memory (resident set; on CUDA also 
 peak allocation):
 
     python benchmarks/scale.py --nodes 1000000 --clients 1000 [--rounds R] [--device cuda]
-        [--engine sequential|batched] [--metis-iterations I]
+        [--engine sequential|batched] [--metis-iterations I] [--default-allocator]
 
 ends with ``RESULT case=csbm-<N>-<K> setup_s=... round_s=... central_s=... ratio=... eval_s=...
 peak_gb=... generate_s=... partition_s=...`` (a round: the median of R after one warm-up round;
@@ -32,6 +32,7 @@ from functools import partial
 import torch
 from round_time import timed, union_client
 
+from graphfed.allocator import keep_freed_memory
 from graphfed.build import config_dataset
 from graphfed.config import load_config
 from graphfed.data.federated import load_or_build_partition
@@ -139,7 +140,11 @@ def main() -> None:
                         help="METIS refinement passes (partition.refine_iterations; its "
                              "default is 10, about three times slower on a million nodes)")
     parser.add_argument("--trace", help="write the resident set over time to this CSV")
+    parser.add_argument("--default-allocator", action="store_true",
+                        help="leave glibc's allocator thresholds as they are (the graphfed "
+                        "command raises them: graphfed.allocator)")
     args = parser.parse_args()
+    kept = not args.default_allocator and keep_freed_memory()
     trace = MemoryTrace(args.trace) if args.trace else None
     if trace:
         trace_metis(trace)
@@ -150,7 +155,7 @@ def main() -> None:
         "local_epochs=1", "checkpoint_every=0", f"device={args.device}",
         f"engine={args.engine}"])
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {args.device}, "
-          f"engine {args.engine}", flush=True)
+          f"engine {args.engine}, freed memory kept: {kept}", flush=True)
     with tempfile.TemporaryDirectory() as cache:  # a partition built here, not read back
         os.environ["GRAPHFED_CACHE"] = cache
         start = time.perf_counter()

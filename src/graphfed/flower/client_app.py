@@ -21,6 +21,7 @@ from flwr.app import ConfigRecord, Context, Error, RecordDict
 from flwr.app import Message as FlowerMessage
 from flwr.clientapp import ClientApp
 
+from graphfed.allocator import keep_freed_memory
 from graphfed.build import (
     build_algorithm,
     build_client,
@@ -84,6 +85,7 @@ def _config(text: str) -> ExperimentConfig:
 @lru_cache(maxsize=4)
 def _node(config_text: str, seed: int, source: str) -> Node:
     """Built once per process, run and seed (a pure function of them, so caching is safe)."""
+    keep_freed_memory()  # this process trains: reuse freed activations (graphfed.allocator)
     config = _config(config_text)
     owner = _owner_data(source, config, seed)
     algorithm, trainer, setup = build_algorithm(config, seed, owner.level, owner.num_features,
