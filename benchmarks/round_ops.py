@@ -10,7 +10,7 @@ engine): Cora 5.1 counted against 5.9 timed, PROTEINS 2.5 against 2.4; sequentia
 against 13. A rough guide, then, not a substitute for timing on a GPU.
 
     GRAPHFED_DATA=../shared/datasets python benchmarks/round_ops.py [--engine batched]
-        [--plan cpu|accelerator] [--cases NAME,...] [--set KEY=VALUE ...]
+        [--plan cpu|accelerator] [--cases NAME,...] [--set KEY=VALUE ...] [--phases]
 
 ``--plan accelerator`` lays the batched engine's clients out as on a GPU (``training.plans``:
 padded, one group, whole dropout masks) while computing on the CPU. Every operation the
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import traceback
 
 import torch
 from round_time import CASES, union_client
@@ -30,16 +31,22 @@ from graphfed.config import load_config
 from graphfed.experiment import build_federation
 from graphfed.training import plans, prepare_client
 
+PHASES = ("forward", "backward", "optimizer", "masks", "engine", "boundary")
+
 
 class OperationCount(TorchDispatchMode):
-    """Counts the ATen operations dispatched while it is active, by name."""
+    """Counts the ATen operations dispatched while it is active, by name, and with
+    ``phases`` by the part of the round that dispatched them (``phase_of``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, phases: bool = False) -> None:
         super().__init__()
         self.counts: collections.Counter[str] = collections.Counter()
+        self.phases: collections.Counter[str] | None = collections.Counter() if phases else None
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.counts[str(func.overloadpacket)] += 1
+        if self.phases is not None:
+            self.phases[phase_of(traceback.extract_stack())] += 1
         return func(*args, **(kwargs or {}))
 
     @property
@@ -47,13 +54,37 @@ class OperationCount(TorchDispatchMode):
         return sum(self.counts.values())
 
 
-def counted(fn) -> OperationCount:
-    with OperationCount() as count:
+def phase_of(stack: traceback.StackSummary) -> str:
+    """The part of a round (or epoch) whose code dispatched an operation, by its call stack:
+    dropout masks, the optimizer, a backward pass, local training's forward pass, loss and
+    batches, the batched engine's set-up and statistics around them, and else the boundary
+    and server (messages, checks, aggregation)."""
+    files, names = [f.filename for f in stack], [f.name for f in stack]
+    if any(f.endswith("models/dropout.py") for f in files):
+        return "masks"
+    if any(f.endswith(("stacked_optim.py", "optim/adam.py", "optim/sgd.py", "optimizer.py"))
+           for f in files):
+        return "optimizer"
+    if "backward" in names:
+        return "backward"
+    if any(n in names for n in ("forward", "stacked_forward", "_node_losses", "_graph_losses",
+                                "_joined_backward")) or any(
+            f.endswith("training/trainer.py") and f_name == "train"
+            for f, f_name in zip(files, names, strict=True)):
+        return "forward"
+    if "train_together" in names:
+        return "engine"
+    return "boundary"
+
+
+def counted(fn, phases: bool = False) -> OperationCount:
+    with OperationCount(phases) as count:
         fn()
     return count
 
 
-def bench(name: str, overrides: list[str], engine: str, plan: str, extra: list[str]) -> str:
+def bench(name: str, overrides: list[str], engine: str, plan: str, extra: list[str],
+          phases: bool = False) -> str:
     config = load_config(None, [*overrides, *extra, "checkpoint_every=0", "device=cpu",
                                 f"engine={engine}"])
     fed = build_federation(config, seed=0)
@@ -68,11 +99,15 @@ def bench(name: str, overrides: list[str], engine: str, plan: str, extra: list[s
         fed.fit_round(rnd)
         epoch()
         fed.evaluate(rnd)
-    round_ops, epoch_ops = counted(lambda: fed.fit_round(3)).total, counted(epoch).total
+    rnd, ep = counted(lambda: fed.fit_round(3), phases), counted(epoch, phases)
     eval_ops = counted(lambda: fed.evaluate(3)).total
-    return (f"RESULT case={name} engine={engine} plan={plan} round_ops={round_ops} "
-            f"epoch_ops={epoch_ops} "
-            f"ratio={round_ops / epoch_ops:.2f} eval_ops={eval_ops}")
+    line = (f"RESULT case={name} engine={engine} plan={plan} round_ops={rnd.total} "
+            f"epoch_ops={ep.total} ratio={rnd.total / ep.total:.2f} eval_ops={eval_ops}")
+    if phases:
+        line += "".join(f"\nPHASES case={name} {side} " + " ".join(
+            f"{p}={count.phases[p]}" for p in PHASES) for side, count in (("round", rnd),
+                                                                          ("epoch", ep)))
+    return line
 
 
 def main() -> None:
@@ -83,12 +118,15 @@ def main() -> None:
     parser.add_argument("--cases", default=",".join(CASES), help="comma-separated case names")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a config override added to every case (repeatable)")
+    parser.add_argument("--phases", action="store_true",
+                        help="also count by the part of the round that dispatched them (slow)")
     args = parser.parse_args()
     if args.plan == "accelerator":
         plans.for_device = lambda device: plans.ACCELERATOR_PLAN
     print(f"torch {torch.__version__}, plan {args.plan}")
     for name in args.cases.split(","):
-        print(bench(name, CASES[name], args.engine, args.plan, args.set), flush=True)
+        print(bench(name, CASES[name], args.engine, args.plan, args.set, args.phases),
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -68,11 +68,31 @@ def batch_refusal(trainer: Trainer, data: PreparedClient) -> str | None:
 
 
 def _padded(rows: list[Tensor], length: int, fill: float | int = 0) -> Tensor:
-    """``rows`` (each ``[n_k, ...]``) stacked into ``[K, length, ...]``, filled past ``n_k``."""
+    """``rows`` (each ``[n_k, ...]``) stacked into ``[K, length, ...]``, filled past ``n_k``:
+    their concatenation put in place at once, not a copy a client (on a GPU, a launch each)."""
     out = rows[0].new_full((len(rows), length, *rows[0].shape[1:]), fill)
-    for k, row in enumerate(rows):
-        out[k, :len(row)] = row
+    sizes = [len(row) for row in rows]
+    if sum(sizes):
+        slots = _row_slots(sizes, length, out.device)
+        out.view(-1, *rows[0].shape[1:])[slots] = torch.cat(rows)
     return out
+
+
+def _row_slots(sizes: list[int], length: int, device: torch.device) -> Tensor:
+    """The flat positions ``k * length + i`` of every client k's rows i < ``sizes[k]``, in
+    order, computed on ``device`` from the sizes alone."""
+    counts = torch.tensor(sizes, device=device)
+    # each client's first slot, less where its rows start in the concatenation
+    shift = torch.arange(len(sizes), device=device) * length - (counts.cumsum(0) - counts)
+    total = sum(sizes)
+    return (shift.repeat_interleave(counts, output_size=total)
+            + torch.arange(total, device=device))
+
+
+def _row_mask(sizes: list[int], length: int, device: torch.device) -> Tensor:
+    """``[K, length]``: true at every client k's first ``sizes[k]`` positions."""
+    return (torch.arange(length, device=device)
+            < torch.tensor(sizes, device=device).unsqueeze(1))
 
 
 class NodeLayout:
@@ -113,7 +133,7 @@ class NodeLayout:
     def _targets(self, index: list[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
         width = max(1, max(len(i) for i in index))
         positions = _padded(index, width, self.dummy)
-        mask = _padded([torch.ones_like(i, dtype=torch.bool) for i in index], width, False)
+        mask = _row_mask([len(i) for i in index], width, positions.device)
         return positions, self.y.gather(1, positions), mask
 
 
@@ -148,8 +168,7 @@ def graph_inputs(batches: list[GraphBatch | None], device: torch.device, feat_di
                            edge_index.size(2)) if weighted else None)
     batch = _padded([b.batch for b in real], nodes + 1, graphs)
     y = _padded([b.y for b in real], graphs)
-    mask = _padded([torch.ones(b.num_graphs, dtype=torch.bool, device=device) for b in real],
-                   graphs, False)
+    mask = _row_mask([b.num_graphs for b in real], graphs, device)
     return (x, edge_index, batch, graphs + 1, edge_weight), y, mask
 
 
@@ -238,9 +257,8 @@ def train_together(trainer: Trainer, jobs: list[ClientJob], epochs: int,
     parameters, views of one stack, and ``TrainStats``); a client's result does not depend on
     who trains beside it. Graph-level clients in the joined layout (``joined``; None: wherever
     ``joined.joins`` says it serves) train all in one pass per step, unpadded; otherwise
-    clients of similar size (``size_groups``, as far apart as the device's plan allows) train in one
-    padded pass per step. ``cache``
-    keeps each group's padded node layout between calls."""
+    clients train in padded groups of similar size, one pass per group and step
+    (``by_size_group``). ``cache`` keeps each group's padded node layout between calls."""
     graph_level = not isinstance(jobs[0].data, PreparedNodeClient)
     if joined is None:
         joined = graph_level and joins(trainer.model, trainer.device)

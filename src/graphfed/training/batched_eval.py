@@ -1,7 +1,8 @@
 """Many clients' evaluation in one pass: the batched engine's ``Trainer.evaluate``.
 
 Every client scores the parameters it deploys on its own splits, and its metrics come from its
-own rows of the logits through ``Trainer.split_metrics``, as the sequential path computes them.
+own rows of the logits, all clients' at once (``Trainer.clients_split_metrics``), by the
+function the sequential path uses.
 Where every client deploys the same parameters (the FedAvg family) their graphs are joined
 block-diagonally, no padding, and one plain forward pass scores them all: the arithmetic of
 the clients one by one, without the per-client calls. Where they differ (personalised models)
