@@ -11,8 +11,6 @@ from graphfed.data import build_partition, materialize, parse_partition
 from graphfed.metrics import (
     classification_metrics,
     entropy,
-    majority_class,
-    majority_classes,
     many_classification_metrics,
     pearson,
     variance,
@@ -120,14 +118,6 @@ def test_many_sets_scored_together_are_each_set_scored_by_hand():
             assert got["minority_acc"] == pytest.approx(
                 float((pred[others] == target[others]).float().mean()))
     assert many_classification_metrics([], 4) == []
-
-
-def test_majorities_counted_together_are_each_sets_own():
-    labels = [torch.tensor([2, 1, 2, 1]), torch.tensor([], dtype=torch.long),
-              torch.tensor([3, 3, 0]), torch.tensor([1])]
-    assert majority_classes(labels, 4) == [1, None, 3, 1]  # a tie goes to the smallest label
-    assert majority_classes(labels, 4) == [majority_class(one, 4) for one in labels]
-    assert majority_classes([], 4) == []
 
 
 def test_fairness_measures():

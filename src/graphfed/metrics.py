@@ -39,9 +39,8 @@ def many_classification_metrics(scored: Sequence[tuple[Tensor, Tensor, int | Non
         torch.tensor(sizes, device=target.device), output_size=len(target))
     confusion = torch.bincount((segment * c + target) * c + logits.argmax(1),
                                minlength=len(scored) * c * c)
-    nll = F.cross_entropy(logits, target, reduction="none").double()
-    losses = torch.zeros(len(scored), dtype=torch.float64, device=nll.device).index_add_(
-        0, segment, nll)
+    losses = torch.bincount(segment, F.cross_entropy(logits, target, reduction="none").double(),
+                            minlength=len(scored))
     # the rest on C x C arrays in NumPy: a dozen tiny torch operations cost more than the pass
     read = torch.cat([confusion.double(), losses]).cpu().numpy()
     confusions = read[:-len(scored)].reshape(len(scored), c, c)
@@ -75,24 +74,12 @@ def _metrics(confusion: np.ndarray, loss_sum: float, n: int, majority: int | Non
     return out
 
 
-def majority_class(labels: Tensor, num_classes: int) -> int | None:
+def majority_class(labels: Tensor, num_classes: int = 0) -> int | None:
     """The most frequent label, the smallest on a tie; None without labels."""
-    return majority_classes([labels], num_classes)[0]
-
-
-def majority_classes(labels: Sequence[Tensor], num_classes: int) -> list[int | None]:
-    """``majority_class`` of each label set, counted together and read once."""
-    if not labels:
-        return []
-    owner = torch.repeat_interleave(
-        torch.arange(len(labels), device=labels[0].device),
-        torch.tensor([len(one) for one in labels], device=labels[0].device))
-    counts = torch.bincount(owner * num_classes + torch.cat(list(labels)),
-                            minlength=len(labels) * num_classes)
-    counts = counts.view(len(labels), num_classes).cpu().numpy()
-    # argmax takes the first, so the smallest, of tied labels
-    return [int(row.argmax()) if len(one) else None
-            for row, one in zip(counts, labels, strict=True)]
+    if not len(labels):
+        return None
+    counts = torch.bincount(labels, minlength=num_classes)
+    return int(torch.nonzero(counts == counts.max())[0])
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:

@@ -7,6 +7,7 @@ set of whole graphs sliced out of it (no DataLoader re-collating every epoch).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 from torch import Tensor, nn
@@ -15,6 +16,7 @@ from torch_geometric.data import Batch, Data
 from graphfed.data.federated import SPLITS, ClientData, GraphClient, NodeClient
 from graphfed.data.sampling import WHOLE_GRAPH_WEIGHTS, NeighbourSampler, SamplingOptions
 from graphfed.errors import GraphfedError
+from graphfed.metrics import majority_class
 
 
 def permutation(n: int, device: torch.device, generator: torch.Generator | None) -> Tensor:
@@ -62,7 +64,20 @@ class GraphBatch:
         return self.y
 
 
-class PreparedNodeClient:
+class _TrainMajority:
+    """What both kinds of prepared client share: their training labels' majority."""
+
+    def labels(self, split: str) -> Tensor:
+        raise NotImplementedError
+
+    @cached_property
+    def train_majority(self) -> int | None:
+        """The most frequent training label (the smallest on a tie; None without any): the
+        class the minority metrics leave out. Computed once: the labels never change."""
+        return majority_class(self.labels("train"))
+
+
+class PreparedNodeClient(_TrainMajority):
     """A node-level client on the device. Mini-batches are its training nodes over the whole
     graph, or, with ``sampling.fanouts``, over their sampled neighbourhoods (see
     ``SamplingOptions``); each epoch may train on a fresh subset (``sampling.train_fraction``)."""
@@ -172,7 +187,7 @@ def collate_graphs(graphs: list[Data], model: nn.Module, device: torch.device) -
     return _CollatedGraphs(graphs, model, device).all()
 
 
-class PreparedGraphClient:
+class PreparedGraphClient(_TrainMajority):
     def __init__(self, client: GraphClient, model: nn.Module, device: torch.device):
         self.splits = {s: _CollatedGraphs(client.graphs[s], model, device) for s in SPLITS}
         self.graphs = client.graphs  # the raw graphs, for structure statistics (e.g. motifs)

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from graphfed.metrics import majority_classes, many_classification_metrics
+from graphfed.metrics import many_classification_metrics
 from graphfed.tensors import Params
 from graphfed.training.batches import GraphBatch, PreparedClient, PreparedGraphClient
 from graphfed.validation import OPTIONS
@@ -165,10 +165,8 @@ class Trainer:
                               clients: list[PreparedClient]) -> list[dict[str, dict]]:
         """``split_metrics`` of many clients, computed together (``many_classification_metrics``):
         what a batched evaluation scores in one pass."""
-        majorities = majority_classes([data.labels("train") for data in clients],
-                                      self.num_classes)
-        scored = [(logits, target, majority)
-                  for splits, majority in zip(outputs, majorities, strict=True)
+        scored = [(logits, target, data.train_majority)
+                  for splits, data in zip(outputs, clients, strict=True)
                   for logits, target in splits.values()]
         metrics = iter(many_classification_metrics(scored, self.num_classes))
         return [{s: next(metrics) for s in splits} for splits in outputs]
