@@ -6,8 +6,8 @@ function the sequential path uses.
 Where every client deploys the same parameters (the FedAvg family) their graphs are joined
 block-diagonally, no padding, and one plain forward pass scores them all: the arithmetic of
 the clients one by one, without the per-client calls. Where they differ (personalised models)
-graph-level clients on the CPU are joined the same way, each client's rows through its own
-parameters (``training.joined``); otherwise the graphs are padded into the layout training
+graph-level clients on the CPU are each scored by their own plain pass (joined rows would pay
+for spreading every bias over them); otherwise the graphs are padded into the layout training
 uses (``batched.NodeLayout``; graph-level clients split by split; clients of similar size
 together, ``batched.size_groups``) and one ``vmap`` over ``functional_call`` runs each
 client's own parameters on its own graph. The
@@ -28,6 +28,7 @@ from torch_geometric.data import Batch, Data
 
 from graphfed.models.sparse import PaddedCsr, is_csr, join_rows
 from graphfed.tensors import Params
+from graphfed.training import plans
 from graphfed.training.batched import (
     by_size_group,
     cached_for,
@@ -41,7 +42,7 @@ from graphfed.training.batches import (
     PreparedGraphClient,
     PreparedNodeClient,
 )
-from graphfed.training.joined import join_clients, join_graph_batches, joined_forward, joins
+from graphfed.training.joined import join_graph_batches
 from graphfed.training.trainer import Trainer
 
 # how many (parameter set x global-test node) rows one pass over the global test set may hold
@@ -83,8 +84,10 @@ def evaluate_together(trainer: Trainer, jobs: list[EvalJob], cache: dict | None 
         joined = cache.setdefault("joined", {})
         outputs = (_joined_node_outputs(trainer, jobs[0].params, clients, joined) if node
                    else _joined_graph_outputs(trainer, jobs[0].params, clients, joined))
-    elif not node and joins(trainer.model, trainer.device):  # unpadded: one pass for all
-        outputs = _graph_outputs(trainer, _stack([j.params for j in jobs]), clients)
+    elif not node and plans.for_device(trainer.device).joined:
+        # on the CPU each client's own plain pass: joined rows through grouped products
+        # spread every bias over the rows, which in an evaluation costs more than the calls
+        outputs = [trainer.outputs(j.params, c) for j, c in zip(jobs, clients, strict=True)]
     else:  # clients of similar size stacked together, as in training
         def run(members: list[int], group_cache: dict | None) -> list[Outputs]:
             stacked = _stack([jobs[k].params for k in members])
@@ -156,21 +159,15 @@ def _node_outputs(trainer: Trainer, stacked: Params, clients: list[PreparedNodeC
 
 def _graph_outputs(trainer: Trainer, stacked: Params, clients: list[PreparedGraphClient]
                    ) -> list[Outputs]:
-    """Each client's own parameters on its own graphs, split by split: joined where
-    ``joined.joins`` serves (then every client is in this one group), else padded."""
+    """Each client's own parameters on its own graphs, padded, split by split."""
     outputs: list[Outputs] = [{} for _ in clients]
-    device = trainer.device
     features = clients[0].splits["train"].x.size(1)
     for split in trainer.own_splits:
         batches = [c.splits[split].all() if c.num_samples(split) else None for c in clients]
         if all(b is None for b in batches):
             continue
-        joined = join_clients(batches) if joins(trainer.model, device) else None
-        if joined is not None:
-            logits = joined.per_client(joined_forward(trainer.model, stacked, joined))
-        else:
-            inputs, _, _ = graph_inputs(batches, device, features)
-            logits = stacked_forward(trainer.model, stacked, None, 0, inputs)
+        inputs, _, _ = graph_inputs(batches, trainer.device, features)
+        logits = stacked_forward(trainer.model, stacked, None, 0, inputs)
         for k, b in enumerate(batches):
             if b is not None:
                 outputs[k][split] = (logits[k][:b.num_graphs], b.targets)

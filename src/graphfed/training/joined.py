@@ -18,7 +18,6 @@ host (PyTorch's fallback outside bf16 on sm90), so there the padded layout stays
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import pairwise
 
 import torch
 import torch.nn.functional as F
@@ -141,11 +140,6 @@ class JoinedBatch:
     labels: Tensor
     rows: dict[int, Rows]
     graphs: Rows
-
-    def per_client(self, out: Tensor) -> list[Tensor]:
-        """A per-graph output cut into each client's rows (empty for a client without)."""
-        ends = self.graphs.ends.tolist()
-        return list(out.split([end - start for start, end in pairwise([0, *ends])]))
 
 
 def join_clients(chosen: list[GraphBatch | None]) -> JoinedBatch | None:

@@ -146,14 +146,21 @@ class Trainer:
         ``splits`` defaults to a client's own evaluation: val and test, plus train with
         ``eval_train_split``. The train pass (sampled evaluation draws neighbourhoods) runs on a
         fork of the RNG, so what is evaluated after it draws exactly what it drew without."""
-        self.model.eval()
-        call = _call(self.model, params)
-        outputs = data.outputs(self.model, call, ("val", "test") if splits is None else splits)
+        outputs = self.outputs(params, data, ("val", "test") if splits is None else splits)
         if splits is None and self.eval_train_split:
             cuda = [self.device] if self.device.type == "cuda" else []
             with torch.random.fork_rng(devices=cuda):
-                outputs.update(data.outputs(self.model, call, ("train",)))
+                outputs.update(self.outputs(params, data, ("train",)))
         return self.split_metrics(outputs, data)
+
+    @torch.no_grad()
+    def outputs(self, params: Params, data: PreparedClient, splits: tuple[str, ...] | None = None
+                ) -> dict[str, tuple[Tensor, Tensor]]:
+        """(logits, targets) of each of ``splits`` (default: ``own_splits``) under ``params``,
+        in evaluation mode."""
+        self.model.eval()
+        return data.outputs(self.model, _call(self.model, params),
+                            self.own_splits if splits is None else splits)
 
     def split_metrics(self, outputs: dict[str, tuple[Tensor, Tensor]], data: PreparedClient
                       ) -> dict[str, dict]:
