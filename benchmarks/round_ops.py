@@ -4,17 +4,16 @@ On a GPU, a round of small clients is bound by the host, not the arithmetic: eve
 costs several microseconds to dispatch and launch, whatever its size. So the ratio of
 operations a round dispatches to those of a centralized epoch over the same data (the
 practical lower bound) predicts the GPU's round/epoch time ratio, and it can be measured on a
-machine without one. Checked against the H200 figures of 2026-11-25 (commit 4498e44, batched
-engine): Cora 5.1 counted against 5.9 timed, PROTEINS 2.5 against 2.4; sequential 13.2 against
-18.2 and 4.2 against 3.4; the 100-client CSBM, whose server-side work runs on the CPU, 25
-against 13. A rough guide, then, not a substitute for timing on a GPU.
+machine without one: a rough guide, checked against the H200's timings in
+``docs/performance.md``, not a substitute for timing on a GPU.
 
     GRAPHFED_DATA=../shared/datasets python benchmarks/round_ops.py [--engine batched]
         [--plan cpu|accelerator] [--cases NAME,...] [--set KEY=VALUE ...] [--phases]
 
 ``--plan accelerator`` lays the batched engine's clients out as on a GPU (``training.plans``:
 padded, one group, whole dropout masks) while computing on the CPU. Every operation the
-dispatcher sees counts, views included: each costs the host its dispatch.
+dispatcher sees counts, views included: each costs the host its dispatch. To count older code,
+copy this file into its checkout's ``benchmarks/`` and run it there with ``PYTHONPATH=src``.
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from graphfed.config import load_config
 from graphfed.experiment import build_federation
-from graphfed.training import plans, prepare_client
+from graphfed.training import prepare_client
 
 PHASES = ("forward", "backward", "optimizer", "masks", "engine", "boundary")
 
@@ -121,7 +120,9 @@ def main() -> None:
     parser.add_argument("--phases", action="store_true",
                         help="also count by the part of the round that dispatched them (slow)")
     args = parser.parse_args()
-    if args.plan == "accelerator":
+    if args.plan == "accelerator":  # imported here: code before the plans counts too
+        from graphfed.training import plans
+
         plans.for_device = lambda device: plans.ACCELERATOR_PLAN
     print(f"torch {torch.__version__}, plan {args.plan}")
     for name in args.cases.split(","):
