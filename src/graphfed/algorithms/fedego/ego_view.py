@@ -46,6 +46,10 @@ class EgoView:
     def labels(self, split: str) -> Tensor:
         return self.data.labels(split)
 
+    @property
+    def train_majority(self) -> int | None:
+        return self.data.train_majority
+
     def trees(self, centres: Tensor, targets: Tensor) -> TreeBatch:
         distinct, positions = self.sample(centres).unique(return_inverse=True)
         return TreeBatch(self.data.x[distinct], targets, positions, distinct)
