@@ -147,8 +147,9 @@ def finite_messages(messages: Mapping[K, Any]) -> set[K]:
                 owners.append(key)
     failed: set[K] = set()
     for (_, dtype), (tensors, owners) in groups.items():
-        norms = torch._foreach_norm(tensors, 1, dtype=torch.promote_types(dtype, torch.float32))
-        flags = torch.stack(norms).isfinite().tolist()
+        if torch.finfo(dtype).bits < 32:  # a half-precision norm overflows at 65,504
+            tensors = [t.float() for t in tensors]
+        flags = torch.stack(torch._foreach_norm(tensors, 1)).isfinite().tolist()
         failed.update(key for key, ok in zip(owners, flags, strict=True) if not ok)
     return senders - failed
 
