@@ -4,6 +4,7 @@ trains alone."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -149,6 +150,32 @@ def test_a_gpus_plan_trains_every_client_as_the_cpus_plan_dropout_included(overr
 
 
 @require("Cora")
+def test_a_row_budget_splits_clients_into_passes_that_train_and_score_alike(monkeypatch):
+    """A budget of 600 rows puts Cora's four Louvain clients (about 680 nodes each) in a pass
+    each, for training and for the joined evaluation: the same parameters within Adam's
+    rounding, the same metrics."""
+    config = load_config(None, [*NODE, "model.dropout=0.5", "device=cpu", "engine=batched",
+                                "local_epochs=2"])
+    results, train_group = [], batched._train_group
+    for budget in (math.inf, 600):
+        monkeypatch.setattr(plans, "for_device", lambda device, b=budget: dataclasses.replace(
+            plans.CPU_PLAN, group_rows=b))
+        passes: list[int] = []
+        monkeypatch.setattr(batched, "_train_group", lambda *a, out=passes, **kw:
+                            out.append(len(a[1])) or train_group(*a, **kw))
+        fed = build_federation(config, 0)
+        fed.fit_round(1)
+        results.append((passes, fed.runtime.server.global_params(), fed.evaluate(1)))
+    (one_pass, want, want_eval), (four_passes, got, got_eval) = results
+    assert (one_pass, four_passes) == ([4], [1, 1, 1, 1])
+    for name, value in want.items():
+        assert (got[name] - value).abs().max() < 1e-4, name
+    for a, b in zip(want_eval["clients"], got_eval["clients"], strict=True):
+        assert a["test_acc"] == pytest.approx(b["test_acc"], abs=1e-5)
+        assert a["val_loss"] == pytest.approx(b["val_loss"], abs=1e-5)
+
+
+@require("Cora")
 def test_clients_on_sparse_features_train_as_on_dense_ones_dropout_included():
     """The keyed masks of CSR features are the dense ones', so only summation order differs."""
     dense = train_together(*_jobs(NODE, [0, 3, 1]), 2, None)
@@ -159,12 +186,16 @@ def test_clients_on_sparse_features_train_as_on_dense_ones_dropout_included():
         assert got_stats.loss == pytest.approx(want_stats.loss, abs=1e-5)
 
 
-@given(st.lists(st.floats(0, 1e6), max_size=40), st.sampled_from([0.0, 50.0, math.inf]))
-def test_size_groups_cover_every_client_once_within_twice_their_smallest(sizes, pass_rows):
-    groups = size_groups(sizes, 2.0, pass_rows)
+@given(st.lists(st.floats(0, 1e6), max_size=40), st.sampled_from([0.0, 50.0, math.inf]),
+       st.sampled_from([math.inf, 3e6, 1e5]))
+def test_size_groups_cover_every_client_once_within_twice_their_smallest(sizes, pass_rows,
+                                                                         max_rows):
+    groups = size_groups(sizes, 2.0, pass_rows, max_rows)
     assert sorted(k for g in groups for k in g) == list(range(len(sizes)))
     for group in groups:
         assert max(sizes[k] for k in group) <= 2 * min(sizes[k] for k in group)
+        # within the row budget, unless one client alone exceeds it
+        assert len(group) == 1 or len(group) * max(sizes[k] for k in group) <= max_rows
     tops = [sizes[g[0]] for g in groups]  # largest first, within and across groups
     assert tops == sorted(tops, reverse=True)
     assert all(sizes[g[0]] == max(sizes[k] for k in g) for g in groups)

@@ -188,20 +188,22 @@ def step_size(data: PreparedClient, batch_size: int | None) -> float:
 RUN_SPREAD = 1.01
 
 
-def size_groups(sizes: list[float], spread: float, pass_rows: float = math.inf
-                ) -> list[list[int]]:
+def size_groups(sizes: list[float], spread: float, pass_rows: float = math.inf,
+                max_rows: float = math.inf) -> list[list[int]]:
     """Positions of ``sizes`` in groups, each padded to its largest member, that cost the
     fewest padded rows plus ``pass_rows`` a group (what one more pass costs, in rows), with no
     group's largest more than ``spread`` times its smallest (one client of 6,224 nodes beside
-    nine of 300-2,300 would otherwise pad them all to its size). Groups are runs of the sizes
-    sorted largest first, found by dynamic programming over runs of sizes within 1% of each
-    other (padded to the run's largest), so ten thousand similar clients cost a few hundred
-    steps, not a hundred million. ``pass_rows`` infinite: as few groups as ``spread``
-    allows."""
+    nine of 300-2,300 would otherwise pad them all to its size) and none padded to more than
+    ``max_rows`` rows unless it is one client. Groups are runs of the sizes sorted largest
+    first, found by dynamic programming over runs of sizes within 1% of each other (padded to
+    the run's largest, and cut where ``max_rows`` says), so ten thousand similar clients cost
+    a few hundred steps, not a hundred million. ``pass_rows`` infinite: as few groups as the
+    bounds allow."""
     order = sorted(range(len(sizes)), key=lambda k: -sizes[k])
     runs: list[list[int]] = []  # positions, largest first, within 1% of their run's first
     for k in order:
-        if runs and sizes[k] * RUN_SPREAD >= sizes[runs[-1][0]]:
+        if (runs and sizes[k] * RUN_SPREAD >= sizes[runs[-1][0]]
+                and (len(runs[-1]) + 1) * sizes[runs[-1][0]] <= max_rows):
             runs[-1].append(k)
         else:
             runs.append([k])
@@ -213,7 +215,8 @@ def size_groups(sizes: list[float], spread: float, pass_rows: float = math.inf
         smallest, members, best = sizes[runs[j - 1][-1]], 0, None
         for i in range(j - 1, -1, -1):
             largest = sizes[runs[i][0]]
-            if largest > spread * smallest:
+            if largest > spread * smallest or (
+                    i < j - 1 and (members + len(runs[i])) * largest > max_rows):
                 break
             members += len(runs[i])
             candidate = (cost[i][0] + 1, cost[i][1] + members * largest)
@@ -280,7 +283,7 @@ def by_size_group(trainer: Trainer, clients: list[PreparedClient], sizes: list[f
     results put back in the order of ``sizes``. ``cache`` keeps one sub-cache per group."""
     plan = plans.for_device(trainer.device)
     pass_rows = plan.pass_macs / row_macs(trainer.model, _features(clients[0]))
-    groups = size_groups(sizes, plan.size_spread, pass_rows)
+    groups = size_groups(sizes, plan.size_spread, pass_rows, plan.group_rows)
     if cache is not None:
         for stale in [g for g in cache if not isinstance(g, int) or g >= len(groups)]:
             del cache[stale]
