@@ -239,6 +239,17 @@ def _cheaper(a: tuple[int, float], b: tuple[int, float], pass_rows: float) -> bo
     return a[0] * pass_rows + a[1] < b[0] * pass_rows + b[1]
 
 
+def group_rows(trainer: Trainer, data: PreparedClient) -> float:
+    """The most padded rows a group of clients like ``data`` may hold on the trainer's device:
+    the plan's ``group_bytes`` over a row's widest activation (the input features where they
+    are dense, else the widest layer output)."""
+    x = _features(data)
+    widths = [p.size(0) for p in trainer.model.parameters() if p.dim() >= 2]
+    if not is_csr(x):
+        widths.append(x.size(-1))
+    return plans.for_device(trainer.device).group_bytes / (max(widths) * x.element_size())
+
+
 def _features(data: PreparedClient) -> Tensor:
     return data.x if isinstance(data, PreparedNodeClient) else data.splits["train"].x
 
@@ -283,7 +294,7 @@ def by_size_group(trainer: Trainer, clients: list[PreparedClient], sizes: list[f
     results put back in the order of ``sizes``. ``cache`` keeps one sub-cache per group."""
     plan = plans.for_device(trainer.device)
     pass_rows = plan.pass_macs / row_macs(trainer.model, _features(clients[0]))
-    groups = size_groups(sizes, plan.size_spread, pass_rows, plan.group_rows)
+    groups = size_groups(sizes, plan.size_spread, pass_rows, group_rows(trainer, clients[0]))
     if cache is not None:
         for stale in [g for g in cache if not isinstance(g, int) or g >= len(groups)]:
             del cache[stale]

@@ -33,6 +33,7 @@ from graphfed.training.batched import (
     by_size_group,
     cached_for,
     graph_inputs,
+    group_rows,
     node_layout,
     stacked_forward,
     step_size,
@@ -84,7 +85,7 @@ def evaluate_together(trainer: Trainer, jobs: list[EvalJob], cache: dict | None 
         joined, run = cache.setdefault("joined", {}), (
             _joined_node_outputs if node else _joined_graph_outputs)
         outputs = []
-        for n, chunk in enumerate(_row_chunks(clients, plans.for_device(trainer.device))):
+        for n, chunk in enumerate(_row_chunks(clients, group_rows(trainer, clients[0]))):
             outputs += run(trainer, jobs[0].params, chunk, joined.setdefault(n, {}))
     elif not node and plans.for_device(trainer.device).joined:
         # on the CPU each client's own plain pass: joined rows through grouped products
@@ -108,16 +109,15 @@ def evaluate_together(trainer: Trainer, jobs: list[EvalJob], cache: dict | None 
     return metrics
 
 
-def _row_chunks(clients: list[PreparedClient], plan: plans.DevicePlan
-                ) -> list[list[PreparedClient]]:
-    """The clients in consecutive chunks of at most the plan's ``group_rows`` rows (a client
-    larger than that alone): on a CPU, one pass over a million joined nodes streams every
-    activation through memory, where passes of a few tens of thousands stay in cache."""
+def _row_chunks(clients: list[PreparedClient], max_rows: float) -> list[list[PreparedClient]]:
+    """The clients in consecutive chunks of at most ``max_rows`` rows (``batched.group_rows``;
+    a client larger than that alone): on a CPU, one pass over a million joined nodes streams
+    every activation through memory, where passes of a hundred thousand stay in cache."""
     chunks: list[list[PreparedClient]] = []
     rows = 0.0
     for client in clients:
         size = step_size(client, None)
-        if not chunks or rows + size > plan.group_rows:
+        if not chunks or rows + size > max_rows:
             chunks.append([])
             rows = 0.0
         chunks[-1].append(client)

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
+from graphfed.allocator import MMAP_THRESHOLD
+
 
 @dataclass(frozen=True)
 class DevicePlan:
@@ -23,28 +25,29 @@ class DevicePlan:
     a host read of their offsets). ``size_spread``: the most a padded group's largest client
     may exceed its smallest (``batched.size_groups``). ``pass_macs``: what one more group's
     passes cost, as the multiply-adds of padded rows (``batched.row_macs``): clients are split
-    into more groups where that saves more padding. ``group_rows``: the most padded rows one
-    group may hold (a CPU streams a larger one through memory, and faults its pages in anew
-    each step). ``hash_elements``: elements a keyed
+    into more groups where that saves more padding. ``group_bytes``: the most bytes a padded group's
+    widest activation may take (``batched.group_rows``): on a CPU a larger one streams through
+    memory, and beyond the allocator's threshold (``graphfed.allocator``) its pages are
+    faulted in anew every step. ``hash_elements``: elements a keyed
     dropout mask hashes at once across a step's clients (None: the whole mask in one pass)."""
 
     joined: bool
     size_spread: float
     pass_macs: float
-    group_rows: float
+    group_bytes: float
     hash_elements: int | None
 
 
 # on this project's 2-core machine one more padded pass of Cora's ten clients cost about 1 ms,
 # as did 3e7 multiply-adds of padded rows (benchmarks/round_time.py); a round of 1,000 CSBM
-# clients of 1,000 nodes took 2.6 s in one group of a million rows, 1.1 s in groups of at
-# most 65,536 (benchmarks/scale.py)
-CPU_PLAN = DevicePlan(joined=True, size_spread=2.0, pass_macs=3e7, group_rows=1 << 16,
-                      hash_elements=1 << 16)
+# clients of 1,000 nodes took 2.6 s in one group of a million rows, 1.1 s in groups whose
+# 64-wide activations stayed within the allocator's mmap threshold (benchmarks/scale.py)
+CPU_PLAN = DevicePlan(joined=True, size_spread=2.0, pass_macs=3e7,
+                      group_bytes=MMAP_THRESHOLD, hash_elements=1 << 16)
 # a GPU pads rather than split a round into more passes; the spread still bounds the memory
 # one skewed client can make the others pad to
 ACCELERATOR_PLAN = DevicePlan(joined=False, size_spread=32.0, pass_macs=math.inf,
-                              group_rows=math.inf, hash_elements=None)
+                              group_bytes=math.inf, hash_elements=None)
 
 
 def for_device(device: torch.device | str) -> DevicePlan:
