@@ -88,8 +88,9 @@ def evaluate_together(trainer: Trainer, jobs: list[EvalJob], cache: dict | None 
         for n, chunk in enumerate(_row_chunks(clients, group_rows(trainer, clients[0]))):
             outputs += run(trainer, jobs[0].params, chunk, joined.setdefault(n, {}))
     elif not node and plans.for_device(trainer.device).joined:
-        # on the CPU each client's own plain pass: joined rows through grouped products
-        # spread every bias over the rows, which in an evaluation costs more than the calls
+        # where training joins (the CPU), each client's own plain pass: joined rows through
+        # grouped products spread every bias over them, which costs an evaluation more than
+        # the calls
         outputs = [trainer.outputs(j.params, c) for j, c in zip(jobs, clients, strict=True)]
     else:  # clients of similar size stacked together, as in training
         def run(members: list[int], group_cache: dict | None) -> list[Outputs]:

@@ -65,10 +65,8 @@ class GraphBatch:
 
 
 class _TrainMajority:
-    """What both kinds of prepared client share: their training labels' majority."""
-
-    def labels(self, split: str) -> Tensor:
-        raise NotImplementedError
+    """What both kinds of prepared client share: the majority of their training labels (read
+    through the class's own ``labels``)."""
 
     @cached_property
     def train_majority(self) -> int | None:

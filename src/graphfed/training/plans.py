@@ -22,14 +22,16 @@ from graphfed.allocator import MMAP_THRESHOLD
 class DevicePlan:
     """``joined``: graph-level clients concatenated unpadded, every linear layer one grouped
     product (``training.joined``; on CUDA, float32 ``grouped_mm`` loops over the clients with
-    a host read of their offsets). ``size_spread``: the most a padded group's largest client
-    may exceed its smallest (``batched.size_groups``). ``pass_macs``: what one more group's
-    passes cost, as the multiply-adds of padded rows (``batched.row_macs``): clients are split
-    into more groups where that saves more padding. ``group_bytes``: the most bytes a padded group's
-    widest activation may take (``batched.group_rows``): on a CPU a larger one streams through
-    memory, and beyond the allocator's threshold (``graphfed.allocator``) its pages are
-    faulted in anew every step. ``hash_elements``: elements a keyed
-    dropout mask hashes at once across a step's clients (None: the whole mask in one pass)."""
+    a host read of their offsets); in evaluation, personalised graph-level clients are then
+    scored by a plain pass each, which spreads no bias over joined rows. ``size_spread``: the
+    most a padded group's largest client may exceed its smallest (``batched.size_groups``).
+    ``pass_macs``: what one more group's passes cost, as the multiply-adds of padded rows
+    (``batched.row_macs``): clients are split into more groups where that saves more padding.
+    ``group_bytes``: the most bytes a padded group's widest activation may take
+    (``batched.group_rows``): on a CPU a larger one streams through memory, and beyond the
+    allocator's threshold (``graphfed.allocator``) its pages are faulted in anew every step.
+    ``hash_elements``: elements a keyed dropout mask hashes at once across a step's clients
+    (None: the whole mask in one pass)."""
 
     joined: bool
     size_spread: float
@@ -40,7 +42,7 @@ class DevicePlan:
 
 # on this project's 2-core machine one more padded pass of Cora's ten clients cost about 1 ms,
 # as did 3e7 multiply-adds of padded rows (benchmarks/round_time.py); a round of 1,000 CSBM
-# clients of 1,000 nodes took 2.6 s in one group of a million rows, 1.1 s in groups whose
+# clients of 1,000 nodes took 2.6 s in one group of a million rows, 1.1-1.2 s in groups whose
 # 64-wide activations stayed within the allocator's mmap threshold (benchmarks/scale.py)
 CPU_PLAN = DevicePlan(joined=True, size_spread=2.0, pass_macs=3e7,
                       group_bytes=MMAP_THRESHOLD, hash_elements=1 << 16)
