@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from graphfed.config import OptimizerOptions, load_config
 from graphfed.experiment import build_federation
-from graphfed.models.dropout import dropout, keyed, keyed_keep, keyed_keep_at
+from graphfed.models.dropout import Positions, dropout, keyed, keyed_keep, keyed_keep_at
 from graphfed.runtime import simulation
 from graphfed.seeding import call_seed
 from graphfed.training import batched, plans
@@ -294,7 +294,25 @@ def test_keyed_bits_at_given_positions_are_those_of_the_whole_mask():
     key, shape = torch.tensor(11, dtype=torch.int32), torch.Size([37, 29])
     whole = keyed_keep(key, 3, shape, 0.4).flatten()
     positions = torch.randperm(shape.numel(), generator=torch.Generator().manual_seed(0))[:500]
-    assert torch.equal(keyed_keep_at(key, 3, positions.to(torch.int32), 0.4), whole[positions])
+    assert torch.equal(keyed_keep_at(key, 3, Positions.of(positions), 0.4), whole[positions])
+
+
+def test_keyed_masks_do_not_depend_on_the_cached_counters(monkeypatch):
+    """The hash counters come from a cache a device, grown on demand and capped: masks within,
+    beyond and past the cap are the masks counted afresh, while and after the cache grows."""
+    from graphfed.models import dropout as module
+
+    key = torch.tensor(5, dtype=torch.int32)
+    shapes = [torch.Size([9, 7]), torch.Size([10, 8]), torch.Size([30, 40])]  # 32, 40, 600 pairs
+    monkeypatch.setattr(module, "_COUNTERS", {})
+    monkeypatch.setattr(module, "CACHED_COUNTERS", 0)  # nothing cached: counted afresh
+    fresh = [keyed_keep(key, 2, shape, 0.5) for shape in shapes]
+    assert not module._COUNTERS
+    monkeypatch.setattr(module, "CACHED_COUNTERS", 100)
+    for _ in range(2):  # the first pass grows the cache, the second reads it
+        for shape, mask in zip(shapes, fresh, strict=True):
+            assert torch.equal(keyed_keep(key, 2, shape, 0.5), mask)
+    assert module._COUNTERS[torch.device("cpu")].numel() == 64  # 32 pairs, doubled for 40
 
 
 @pytest.mark.parametrize("chunk", [None, 1024, 1000])

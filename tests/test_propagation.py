@@ -9,7 +9,7 @@ from torch.func import vmap
 from torch_geometric.nn import GCNConv
 
 from graphfed.data import load_dataset
-from graphfed.models.dropout import dropout, keyed, keyed_keep
+from graphfed.models.dropout import Positions, dropout, keyed, keyed_keep
 from graphfed.models.gnn import GCNLayer, gcn_normalised
 from graphfed.models.propagation import weighted_sum
 from tests.conftest import require
@@ -105,7 +105,7 @@ def test_dropout_hashed_at_the_non_zeros_equals_the_dense_keyed_mask():
         with keyed(key, 5, nonzeros):
             return dropout(features, 0.4, True, on_features=True)
 
-    sparse = vmap(drop)(keys, padded, x)
+    sparse = vmap(drop)(keys, Positions.of(padded), x)
     dense = vmap(lambda k, f: drop(k, None, f))(keys, x)
     assert torch.equal(sparse, dense)
     for c in range(clients):  # and both are the client's own mask, not its neighbours'

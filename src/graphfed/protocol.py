@@ -132,7 +132,7 @@ def check_message(message: Message, expected: TensorSpec | None = None,
 def finite_messages(messages: Mapping[K, Any]) -> set[K]:
     """The keys of the ``messages`` (Messages, or anything a peer sent) whose floating-point
     tensors all have a finite L1 norm: one ``_foreach_norm`` over every tensor of every
-    message per device and dtype, and one read of the flags, where a check per message costs
+    message per device and dtype, and one read of the norms, where a check per message costs
     a reduction per tensor and a device read per message. A NaN or infinity anywhere makes its
     norm non-finite. Finite values overflow the norm only near the float32 range (norms of
     narrower types are taken in float32); ``check_message`` then looks element by element."""
@@ -149,8 +149,9 @@ def finite_messages(messages: Mapping[K, Any]) -> set[K]:
     for (_, dtype), (tensors, owners) in groups.items():
         if torch.finfo(dtype).bits < 32:  # a half-precision norm overflows at 65,504
             tensors = [t.float() for t in tensors]
-        flags = torch.stack(torch._foreach_norm(tensors, 1)).isfinite().tolist()
-        failed.update(key for key, ok in zip(owners, flags, strict=True) if not ok)
+        norms = torch.stack(torch._foreach_norm(tensors, 1)).tolist()  # judged on the host
+        failed.update(key for key, norm in zip(owners, norms, strict=True)
+                      if not math.isfinite(norm))
     return senders - failed
 
 

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -62,11 +63,29 @@ def keyed_keep(key: Tensor, salt: int, shape: torch.Size, p: float,
     threshold, base = _threshold(p), _base(key, salt)
     masks = []
     for start in range(0, pairs, size):
-        index = torch.arange(start, min(start + size, pairs), dtype=torch.int32,
-                             device=key.device)
-        masks.append(_pair_bits(_fmix32(index * GOLDEN + base), threshold))
+        counters = _counters(start, min(start + size, pairs), key.device)
+        masks.append(_pair_bits(_fmix32(counters + base), threshold))
     keep = masks[0] if len(masks) == 1 else torch.cat(masks)
     return keep[:count].view(shape)
+
+
+_COUNTERS: dict[torch.device, Tensor] = {}
+CACHED_COUNTERS = 1 << 22  # 16 MiB of int32 a device at most
+
+
+def _counters(start: int, end: int, device: torch.device) -> Tensor:
+    """The hash counters ``i * GOLDEN`` (int32, wrapping) of pairs ``start`` to ``end``: a
+    view of one cached run a device, grown as needed up to ``CACHED_COUNTERS``, so a mask
+    costs no arange and no product for them (two launches of a dozen on a GPU)."""
+    if end > CACHED_COUNTERS:
+        return torch.arange(start, end, dtype=torch.int32, device=device) * GOLDEN
+    run = _COUNTERS.get(device)
+    if run is None or run.numel() < end:
+        size = min(CACHED_COUNTERS, max(end, 2 * (0 if run is None else run.numel())))
+        with torch.inference_mode(False), torch.no_grad():
+            run = torch.arange(size, dtype=torch.int32, device=device) * GOLDEN
+        _COUNTERS[device] = run
+    return run[start:end]
 
 
 def _threshold(p: float) -> int:
@@ -87,17 +106,33 @@ def _salt_offset(salt: int) -> int:
     return int(_fmix32(torch.tensor(_int32((salt * SALT) & MASK32), dtype=torch.int32)))
 
 
-def keyed_keep_at(key: Tensor, salt: int, index: Tensor, p: float) -> Tensor:
-    """``keyed_keep``'s bits at the flat element positions ``index`` (int32) only: element i
-    takes the low 16 bits of its pair's hash when i is even, the high 16 when it is odd."""
-    return _bits_at(_base(key, salt), index, p)
+class Positions(NamedTuple):
+    """Flat element positions prepared for keyed hashing: ``index`` itself (int64, to gather
+    and scatter with), the counter of each one's pair (``(index // 2) * GOLDEN``, int32) and
+    the shift that selects its half of the pair's hash (0 or 16). Prepared once where the
+    same positions are hashed every step (the features' non-zeros)."""
+
+    index: Tensor
+    counters: Tensor
+    shifts: Tensor
+
+    @classmethod
+    def of(cls, index: Tensor) -> Positions:
+        small = index.to(torch.int32)
+        return cls(index, (small >> 1) * GOLDEN, (small & 1) * 16)
 
 
-def _bits_at(base: Tensor, index: Tensor, p: float) -> Tensor:
-    """The keep bits of the elements at flat positions ``index`` whose hashes start from
-    ``base`` (one offset, or one per element, broadcast)."""
-    h = _fmix32((index >> 1) * GOLDEN + base)
-    h >>= (index & 1) * 16
+def keyed_keep_at(key: Tensor, salt: int, positions: Positions, p: float) -> Tensor:
+    """``keyed_keep``'s bits at the flat element ``positions`` only: element i takes the low
+    16 bits of its pair's hash when i is even, the high 16 when it is odd."""
+    return _bits_at(_base(key, salt), positions, p)
+
+
+def _bits_at(base: Tensor, positions: Positions, p: float) -> Tensor:
+    """The keep bits of the elements at ``positions`` whose hashes start from ``base`` (one
+    offset, or one per element, broadcast)."""
+    h = _fmix32(positions.counters + base)
+    h >>= positions.shifts
     h &= 0xFFFF
     return h >= _threshold(p)
 
@@ -114,11 +149,11 @@ def keyed_keep_rows(keys: Tensor, salt: int, rows: Rows, shape: torch.Size, p: f
     local = rows.local.to(torch.int32).view(-1, 1)
     if width % 2:
         index = local * width + torch.arange(width, dtype=torch.int32, device=keys.device)
-        return _bits_at(base, index, p).view(shape)
+        return _bits_at(base, Positions.of(index), p).view(shape)
     half = width // 2
     # (local * half + j) * GOLDEN + base, the row's part summed once (int32 wraps alike)
     first = local * (half * GOLDEN) + base
-    h = _fmix32(first + torch.arange(half, dtype=torch.int32, device=keys.device) * GOLDEN)
+    h = _fmix32(first + _counters(0, half, keys.device))
     return _pair_bits(h, _threshold(p)).view(shape)
 
 
@@ -142,7 +177,7 @@ class _Keys:
     keys: Tensor
     step: int = 0
     site: int = 0
-    feature_nonzeros: Tensor | None = None
+    feature_nonzeros: Positions | None = None
     chunk: int | None = None
     rows: dict[int, Rows] | None = None
 
@@ -151,7 +186,7 @@ _ACTIVE: ContextVar[_Keys | None] = ContextVar("graphfed_dropout_keys", default=
 
 
 @contextmanager
-def keyed(keys: Tensor, step: int, feature_nonzeros: Tensor | None = None,
+def keyed(keys: Tensor, step: int, feature_nonzeros: Positions | None = None,
           chunk: int | None = None, rows: dict[int, Rows] | None = None) -> Iterator[None]:
     """Draw the masks of this training step (``step``) from ``keys``. ``feature_nonzeros``:
     the flat positions of the input features' non-zeros (any padding pointing at a zero), so
@@ -183,7 +218,7 @@ def dropout(x: Tensor | PaddedCsr, p: float, training: bool, on_features: bool =
         if keys is None:
             return x.with_values(dropout(x.values, p, training))
         return x.with_values(x.values * keyed_keep_at(keys.keys, _next_salt(keys),
-                                                 x.positions.to(torch.int32), p) / (1.0 - p))
+                                                 Positions.of(x.positions), p) / (1.0 - p))
     if is_csr(x):
         return with_values(x, dropout(x.values(), p, training))
     if keys is None:
@@ -204,13 +239,13 @@ def _next_salt(keys: _Keys) -> int:
     return keys.step * 1024 + keys.site
 
 
-def _dropout_at(x: Tensor, key: Tensor, salt: int, positions: Tensor, p: float) -> Tensor:
+def _dropout_at(x: Tensor, key: Tensor, salt: int, positions: Positions, p: float) -> Tensor:
     """The keyed dropout of ``x`` where every element outside ``positions`` is zero: the mask
     hashed at ``positions`` only (elsewhere it multiplies zeros, so its value is moot). Only
     the non-zeros are multiplied, then put in place into zeros: no dense mask, no dense product,
     no copy of the output (an out-of-place scatter under vmap copies it; ``index_put_``, unlike
     ``scatter_``, has a batching rule); the same values bit for bit."""
-    keep = keyed_keep_at(key, salt, positions.to(torch.int32), p)
+    keep = keyed_keep_at(key, salt, positions, p)
     flat = x.reshape(-1)
-    kept = flat.gather(0, positions) * keep / (1.0 - p)
-    return torch.zeros_like(flat).index_put_((positions,), kept).view(x.shape)
+    kept = flat.gather(0, positions.index) * keep / (1.0 - p)
+    return torch.zeros_like(flat).index_put_((positions.index,), kept).view(x.shape)

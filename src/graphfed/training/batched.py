@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
-from graphfed.models.dropout import keyed
+from graphfed.models.dropout import Positions, keyed
 from graphfed.models.sparse import PaddedCsr, is_csr
 from graphfed.tensors import Params
 from graphfed.training import plans
@@ -137,15 +137,17 @@ class NodeLayout:
         return positions, self.y.gather(1, positions), mask
 
 
-def _sparse_positions(x: Tensor, dummy: int) -> Tensor | None:
+def _sparse_positions(x: Tensor, dummy: int) -> Positions | None:
     """Per client the flat positions of its features' non-zeros ``[K, nnz_max]``, padded with
-    the dummy node's first (zero) element; None unless under half the features are non-zero
-    (bag-of-words: Cora 1.3 %), where dropout on the features hashes these positions only."""
+    the dummy node's first (zero) element, prepared for hashing; None unless under half the
+    features are non-zero (bag-of-words: Cora 1.3 %), where dropout on the features hashes
+    these positions only."""
     present = x != 0
     if present.sum() * 2 >= present.numel():
         return None
     positions = [row.reshape(-1).nonzero().view(-1) for row in present]
-    return _padded(positions, max(1, max(len(p) for p in positions)), dummy * x.size(2))
+    return Positions.of(_padded(positions, max(1, max(len(p) for p in positions)),
+                                dummy * x.size(2)))
 
 
 def graph_inputs(batches: list[GraphBatch | None], device: torch.device, feat_dim: int):
@@ -325,7 +327,7 @@ def _train_group(trainer: Trainer, jobs: list[ClientJob], epochs: int,
     whole = batch_size is None or batch_size >= max(j.data.num_samples("train") for j in jobs)
     total = torch.zeros(clients, device=device)
     samples = torch.zeros(clients, dtype=torch.long, device=device)
-    steps = torch.zeros(clients, dtype=torch.long, device=device)
+    steps = [0] * clients  # counted on the host, where the batches are chosen
     model.train()
     step = 0
     for _ in range(epochs):
@@ -338,7 +340,7 @@ def _train_group(trainer: Trainer, jobs: list[ClientJob], epochs: int,
                 break
             active = None if all(b is not None for b in chosen) else torch.tensor(
                 [b is not None for b in chosen], device=device)
-            weight = torch.ones(clients, device=device) if active is None else active.float()
+            weight = None if active is None else active.float()  # None: every client steps
             terms = []  # per client, still to be backpropagated
             if joined:  # the losses' gradients are in the stacks already
                 loss, counts = _joined_backward(model, live, keys, step, chosen, weight)
@@ -352,19 +354,22 @@ def _train_group(trainer: Trainer, jobs: list[ClientJob], epochs: int,
             if offset is not None:
                 terms.append(linear_penalty(offset, live, clients=True))
             if terms:
-                (sum(terms) * weight).sum().backward()
+                objective = sum(terms)
+                (objective if weight is None else objective * weight).sum().backward()
             optimizer.step(active)
             for p in live.values():
                 p.grad = None
             total += loss.detach() * counts
             samples += counts
-            steps += 1 if active is None else active
+            steps = [n + (b is not None) for n, b in zip(steps, chosen, strict=True)]
             step += 1
-    trained = {n: v.detach().unbind(0) for n, v in live.items()}
+    for p in live.values():  # the trained stacks, leaves that record no more: no detach each
+        p.requires_grad_(False)
+    trained = {n: v.unbind(0) for n, v in live.items()}
     # one read of the device for every client's statistics (counts are exact in float64)
-    total_l, samples_l, steps_l = torch.stack([total.double(), samples, steps]).tolist()
+    total_l, samples_l = torch.stack([total.double(), samples]).tolist()
     return [({n: v[k] for n, v in trained.items()},
-             TrainStats(total_l[k] / max(samples_l[k], 1), int(steps_l[k]), int(samples_l[k])))
+             TrainStats(total_l[k] / max(samples_l[k], 1), steps[k], int(samples_l[k])))
             for k in range(clients)]
 
 
@@ -397,20 +402,21 @@ def _graph_losses(model, live: Params, keys: Tensor, step: int,
 
 
 def _joined_backward(model, live: Params, keys: Tensor, step: int,
-                     chosen: list[GraphBatch | None], weight: Tensor) -> tuple[Tensor, Tensor]:
-    """``_graph_losses`` in the joined layout, their gradients (times ``weight``) accumulated
-    in the stacks: the clients in passes of about ``PASS_ROWS`` nodes (``client_passes``),
-    each a forward and a backward pass. The clients' losses are independent, so the passes add
-    up to one pass's gradients."""
+                     chosen: list[GraphBatch | None], weight: Tensor | None
+                     ) -> tuple[Tensor, Tensor]:
+    """``_graph_losses`` in the joined layout, their gradients (times ``weight``, None for 1)
+    accumulated in the stacks: the clients in passes of about ``PASS_ROWS`` nodes
+    (``client_passes``), each a forward and a backward pass. The clients' losses are
+    independent, so the passes add up to one pass's gradients."""
     losses, counts = [], []
     for a, b in client_passes([0 if c is None else len(c.x) for c in chosen], PASS_ROWS):
         if all(c is None for c in chosen[a:b]):
-            losses.append(weight.new_zeros(b - a))
-            counts.append(torch.zeros(b - a, dtype=torch.long, device=weight.device))
+            losses.append(torch.zeros(b - a, device=keys.device))
+            counts.append(torch.zeros(b - a, dtype=torch.long, device=keys.device))
             continue
         loss, count = _graph_losses(model, {n: v[a:b] for n, v in live.items()}, keys[a:b],
                                     step, chosen[a:b], joined=True)
-        (loss * weight[a:b]).sum().backward()
+        (loss if weight is None else loss * weight[a:b]).sum().backward()
         losses.append(loss.detach())
         counts.append(count)
     return torch.cat(losses), torch.cat(counts)
@@ -468,7 +474,7 @@ def node_layout(clients: list[PreparedNodeClient], cache: dict | None) -> NodeLa
 
 
 def stacked_forward(model, live: Params, keys: Tensor | None, step: int, inputs: tuple,
-                    batched_inputs: bool = True, feature_nonzeros: Tensor | None = None
+                    batched_inputs: bool = True, feature_nonzeros: Positions | None = None
                     ) -> Tensor:
     """Every client's logits ``[K, ...]``: its own parameters on its own padded inputs (with
     ``batched_inputs`` false, all on the same inputs), dropout keyed by its own seed (``keys``
