@@ -1,20 +1,35 @@
 #!/usr/bin/env bash
 # Issue 20's GPU targets in one short call, for a session lent a GPU (a few device-minutes):
-# the batched and sequential rounds against a centralized epoch on the device, and beside them
-# the operation counts that stood in for them without a GPU (benchmarks/round_ops.py), so the
-# two can be compared. Writes everything under ${OUT:-gpu-targets}/; DEVICE=cpu tries it here.
-#     GRAPHFED_DATA=../shared/datasets bash benchmarks/gpu_targets.sh
+# the batched and sequential rounds against a centralized epoch on the device, beside them the
+# operation counts that stood in for them without a GPU (benchmarks/round_ops.py), so the two
+# can be compared, and then the batched engine's tests with CUDA present (tests/test_batched.py
+# compares its CUDA training with the CPU's). Writes everything under ${OUT:-gpu-targets}/.
+# First stage its data and the missing packages here (benchmarks/gpu_stage.sh), then on the
+# device machine, carrying .gpu-stage:
+#     bash benchmarks/gpu_targets.sh
+# DEVICE=cpu PYTHON=.venv/bin/python GRAPHFED_DATA=../shared/datasets tries it here.
 set -uo pipefail
 out=${OUT:-gpu-targets}
 device=${DEVICE:-cuda}
 repeats=${REPEATS:-20}
+python=${PYTHON:-python3}
 cases=${CASES:-fedavg-gcn-cora-louvain10,fedavg-gin-proteins10,local-gin-proteins10,fedavg-gcn-csbm100k-100}
 mkdir -p "$out"
-python -c "import torch; print(torch.__version__, torch.cuda.get_device_name() \
+export PYTHONUNBUFFERED=1 GRAPHFED_DATA=${GRAPHFED_DATA:-$PWD/.gpu-stage/data}
+if [ -d .gpu-stage/wheels ]; then  # the packages the device image lacks, staged as wheels
+  "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/gpu-site .gpu-stage/wheels/*.whl || exit 1
+  export PYTHONPATH=/tmp/gpu-site:$PWD/src
+else
+  export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
+fi
+"$python" -c "import torch; print(torch.__version__, torch.cuda.get_device_name() \
   if torch.cuda.is_available() else 'no CUDA device')" | tee "$out/device.txt"
 for engine in batched sequential; do
-  python benchmarks/round_time.py --device "$device" --repeats "$repeats" --engine "$engine" \
-    --cases "$cases" | tee "$out/round_time_$engine.txt"
+  "$python" benchmarks/round_time.py --device "$device" --repeats "$repeats" --engine "$engine" \
+    --cases "$cases" 2>&1 | tee "$out/round_time_$engine.txt"
 done
-python benchmarks/round_ops.py --plan accelerator --phases --cases "$cases" \
+"$python" benchmarks/round_ops.py --plan accelerator --phases --cases "$cases" 2>&1 \
   | tee "$out/round_ops.txt"
+timeout "${TEST_SECONDS:-180}" "$python" -m pytest -q -n 4 -p no:cacheprovider -rs \
+  tests/test_batched.py tests/test_devices.py 2>&1 | tee "$out/tests.txt"

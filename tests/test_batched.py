@@ -18,6 +18,7 @@ from graphfed.experiment import build_federation
 from graphfed.models.dropout import Positions, dropout, keyed, keyed_keep, keyed_keep_at
 from graphfed.runtime import simulation
 from graphfed.seeding import call_seed
+from graphfed.tensors import move_tensors
 from graphfed.training import batched, plans
 from graphfed.training.batched import (
     ClientJob,
@@ -100,10 +101,13 @@ def test_a_batched_round_equals_the_sequential_one_without_dropout(case):
         assert a["val_loss"] == pytest.approx(b["val_loss"], abs=1e-5)
 
 
-def _jobs(overrides: list[str], clients: list[int]):
-    config = load_config(None, [*overrides, "model.dropout=0.5", "device=cpu"])
+def _jobs(overrides: list[str], clients: list[int], device: str = "cpu",
+          start: dict | None = None):
+    """The trainer and fit jobs of ``clients`` on ``device``, from ``start`` (None: the model
+    the federation builds)."""
+    config = load_config(None, [*overrides, "model.dropout=0.5", f"device={device}"])
     fed = build_federation(config, 0)
-    start = fed.trainer.initial_params()
+    start = fed.trainer.initial_params() if start is None else move_tensors(start, device)
     return fed.trainer, [ClientJob(LocalStep(start), fed.runtime.contexts[c].data,
                                    call_seed(0, 1, c, "fit")) for c in clients]
 
@@ -143,6 +147,28 @@ def test_a_gpus_plan_trains_every_client_as_the_cpus_plan_dropout_included(overr
     for (want, want_stats), (got, got_stats) in zip(on_cpu, on_gpu, strict=True):
         for name, value in want.items():  # Adam's rounding-level weights, as above
             diff = (got[name] - value).abs()
+            assert diff.max() < 1e-4, (name, diff.max())
+            assert int((diff > 1e-5).sum()) <= max(3, diff.numel() // 10_000), name
+        assert got_stats.loss == pytest.approx(want_stats.loss, abs=1e-5)
+        assert (got_stats.steps, got_stats.samples) == (want_stats.steps, want_stats.samples)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("overrides", [
+    pytest.param(NODE, marks=require("Cora"), id="node"),
+    pytest.param([*NODE, "model.sparse_features=true"], marks=require("Cora"), id="node-csr"),
+    pytest.param([*GRAPH, "batch_size=16"], marks=require("MUTAG"), id="graph-mini-batch")])
+def test_on_a_gpu_every_client_trains_as_on_the_cpu_dropout_included(overrides):
+    """On CUDA (the accelerator's plan) the keyed masks are the CPU's bit for bit, so the
+    clients' parameters after two epochs differ by float summation order only."""
+    trainer, jobs = _jobs(overrides, [0, 3, 1, 2])
+    gpu_trainer, gpu_jobs = _jobs(overrides, [0, 3, 1, 2], "cuda", jobs[0].step.params)
+    assert gpu_trainer.device.type == "cuda"
+    for (want, want_stats), (got, got_stats) in zip(
+            train_together(trainer, jobs, 2, 16), train_together(gpu_trainer, gpu_jobs, 2, 16),
+            strict=True):
+        for name, value in want.items():  # Adam's rounding-level weights, as above
+            diff = (got[name].cpu() - value).abs()
             assert diff.max() < 1e-4, (name, diff.max())
             assert int((diff > 1e-5).sum()) <= max(3, diff.numel() // 10_000), name
         assert got_stats.loss == pytest.approx(want_stats.loss, abs=1e-5)
