@@ -13,7 +13,7 @@ out=${OUT:-gpu-targets}
 device=${DEVICE:-cuda}
 repeats=${REPEATS:-20}
 python=${PYTHON:-python3}
-cases=${CASES:-fedavg-gcn-cora-louvain10,fedavg-gin-proteins10,local-gin-proteins10,fedavg-gcn-csbm100k-100}
+cases=${CASES:-fedavg-gcn-cora-louvain10,fedavg-gin-proteins10,local-gin-proteins10,fedavg-gcn-csbm100k-100,fedavg-gcn-csbm1k-10-host}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 GRAPHFED_DATA=${GRAPHFED_DATA:-$PWD/.gpu-stage/data}
 if [ -d .gpu-stage/wheels ]; then  # the packages the device image lacks, staged as wheels

@@ -4,6 +4,8 @@ train alike; passes of a few thousand rows add up to one pass."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -16,8 +18,9 @@ from graphfed.models.dropout import keyed_keep, keyed_keep_rows
 from graphfed.models.rows import Rows
 from graphfed.seeding import call_seed
 from graphfed.training import batched
+from graphfed.training import joined as joined_module
 from graphfed.training.batched import ClientJob, client_passes, train_together
-from graphfed.training.joined import grouped_linear, stacked_params
+from graphfed.training.joined import grouped_linear, joins, stacked_params
 from graphfed.training.step import LocalStep
 from tests.conftest import require
 
@@ -51,6 +54,20 @@ def test_the_joined_layout_trains_as_the_padded_one_dropout_included(model):
     joined = train_together(trainer, jobs, 2, 16, joined=True)
     _assert_same(padded, joined, atol=1e-5)
     assert joined[2][1].steps < joined[0][1].steps  # a client did sit steps out
+
+
+@require("MUTAG")
+def test_a_torch_without_grouped_products_trains_padded_with_the_same_result(monkeypatch):
+    """``F.grouped_mm`` is recent: where it is missing the engine keeps to the padded layout
+    instead of failing every joined step (and with it every client of the batch)."""
+    trainer, jobs = _jobs(["model=gin", "model.dropout=0.5"])
+    assert joins(trainer.model, trainer.device)
+    joined = train_together(trainer, jobs, 2, 16)
+    monkeypatch.delattr(F, "grouped_mm")
+    monkeypatch.setattr(joined_module, "grouped_products_run",
+                        functools.cache(joined_module.grouped_products_run.__wrapped__))
+    assert not joins(trainer.model, trainer.device)
+    _assert_same(joined, train_together(trainer, jobs, 2, 16), atol=1e-5)
 
 
 @require("MUTAG")

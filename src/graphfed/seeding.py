@@ -44,7 +44,12 @@ def reseed(seed: int, rnd: int, party: int, phase: str) -> None:
     The CPU generator is seeded directly (``torch.manual_seed`` also walks every other backend,
     lazily, at a cost per call that a round pays for every party); CUDA's generators are seeded
     as ``torch.manual_seed`` seeds them."""
-    value = call_seed(seed, rnd, party, phase)
+    seed_all(call_seed(seed, rnd, party, phase))
+
+
+def seed_all(value: int) -> None:
+    """``reseed`` from a ``call_seed`` already computed (the batched engine's clients carry
+    theirs: hashing it again costs a SeedSequence a client)."""
     random.seed(value)
     np.random.seed(value % 2**32)
     torch.default_generator.manual_seed(value)

@@ -19,7 +19,7 @@ from graphfed.protocol import (
     move_messages,
 )
 from graphfed.runtime.base import Runtime, answer_on_client, log
-from graphfed.seeding import call_seed, preserved_rngs, reseed
+from graphfed.seeding import call_seed, preserved_rngs, reseed, seed_all
 from graphfed.tensors import move_tensors
 from graphfed.training.batched import ClientJob, batch_refusal, train_together
 from graphfed.training.batched_eval import EvalJob, eval_refusal, evaluate_together
@@ -93,7 +93,7 @@ class SimulationRuntime(Runtime):
             return replies, {c: _dropped(rnd, c, e) for c in clients}
         with preserved_rngs():
             for c, (params, stats) in zip(clients, results, strict=True):
-                reseed(self.seed, rnd, c, "fit")  # the client's own streams, as its fit's
+                seed_all(together[c][1].seed)  # the client's own streams, as its fit's
                 try:
                     replies[c] = self.client.finish_step(together[c][0], self.contexts[c],
                                                          params, stats)

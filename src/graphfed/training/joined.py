@@ -17,6 +17,7 @@ host (PyTorch's fallback outside bf16 on sm90), so there the padded layout stays
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -40,9 +41,25 @@ _ELEMENTWISE = {torch.Tensor.add, torch.Tensor.__add__, torch.Tensor.__radd__, t
 
 
 def joins(model, device: torch.device) -> bool:
-    """Whether graph-level clients of ``model`` train in the joined layout on ``device``."""
+    """Whether graph-level clients of ``model`` train in the joined layout on ``device``: where
+    the device's plan joins them and this torch's grouped product runs there (else they train
+    padded)."""
     opts = getattr(model, "opts", None)
-    return plans.for_device(device).joined and opts is not None and opts.name in JOINED_MODELS
+    return (plans.for_device(device).joined and opts is not None
+            and opts.name in JOINED_MODELS and grouped_products_run(device))
+
+
+@functools.cache
+def grouped_products_run(device: torch.device) -> bool:
+    """Whether this torch has ``F.grouped_mm`` and it multiplies float32 on ``device``, tried
+    once on a tiny product: it is recent (graphfed's range of torch reaches further back), and
+    a torch without it would fail every joined step."""
+    try:
+        grouped_linear(torch.ones(4, 4, device=device), torch.ones(2, 4, 4, device=device),
+                       torch.tensor([2, 4], dtype=torch.int32, device=device))
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return False
+    return True
 
 
 class StackedParam(Tensor):

@@ -68,13 +68,18 @@ class Trainer:
     def __init__(self, model: nn.Module, optimizer: OptimizerOptions, num_classes: int,
                  eval_train_split: bool = False):
         self.model = model
+        self._first_parameter = next(model.parameters(), None)
         self.optimizer = optimizer
         self.num_classes = num_classes
         self.eval_train_split = eval_train_split
 
     @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        """Where the model's parameters are: the first one's device, read each time (moving
+        the model moves that parameter too), the parameter found once (a walk of the modules,
+        which a round asked for a dozen times)."""
+        first = self._first_parameter
+        return (first if first is not None else next(self.model.parameters())).device
 
     def initial_params(self) -> Params:
         return {k: v.detach().clone() for k, v in self.model.named_parameters()}
