@@ -19,7 +19,7 @@ export PYTHONUNBUFFERED=1 GRAPHFED_DATA=${GRAPHFED_DATA:-$PWD/.gpu-stage/data}
 if [ -d .gpu-stage/wheels ]; then  # the packages the device image lacks, staged as wheels
   "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/gpu-site .gpu-stage/wheels/*.whl || exit 1
-  export PYTHONPATH=/tmp/gpu-site:$PWD/src
+  export PYTHONPATH=/tmp/gpu-site:$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 else
   export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 fi

@@ -39,6 +39,8 @@ class SimulationRuntime(Runtime):
         """Each client's answer under its own streams (``seeding.reseed``), the caller's
         streams kept once around them all: what a ``seeded_call`` per client gives."""
         replies, failed = {}, {}
+        if not messages:  # keeping the streams costs NumPy's state twice, about 50 us
+            return replies, failed
         with preserved_rngs():
             for c, m in messages.items():
                 reseed(self.seed, rnd, c, phase)
