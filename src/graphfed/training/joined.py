@@ -174,12 +174,9 @@ def join_clients(chosen: list[GraphBatch | None]) -> JoinedBatch | None:
                        {nodes.count: nodes, graphs.count: graphs}, graphs)
 
 
-def joined_forward(model, live: Params, joined: JoinedBatch, keys: Tensor | None = None,
-                   step: int = 0) -> Tensor:
-    """Every joined row's output under its own client's parameters; in training, dropout
+def joined_forward(model, live: Params, joined: JoinedBatch, keys: Tensor, step: int
+                   ) -> Tensor:
+    """Every joined row's output in training under its own client's parameters, dropout
     keyed by the client's key (``dropout.keyed_keep_rows``)."""
-    params = stacked_params(live, joined.rows)
-    if keys is None:
-        return functional_call(model, params, joined.inputs)
     with keyed(keys, step, rows=joined.rows):
-        return functional_call(model, params, joined.inputs)
+        return functional_call(model, stacked_params(live, joined.rows), joined.inputs)
