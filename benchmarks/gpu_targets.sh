@@ -3,7 +3,10 @@
 # the batched and sequential rounds against a centralized epoch on the device, beside them the
 # operation counts that stood in for them without a GPU (benchmarks/round_ops.py), so the two
 # can be compared, and then the batched engine's tests with CUDA present (tests/test_batched.py
-# compares its CUDA training with the CPU's). Writes everything under ${OUT:-gpu-targets}/.
+# compares its CUDA training with the CPU's). The batched engine's recorded rounds (CUDA graphs,
+# cuda_graphs=true) come first: their tests, which say why a recording was refused if one was,
+# and their round times on the node-level cases they serve. Writes everything under
+# ${OUT:-gpu-targets}/.
 # First stage its data and the missing packages here (benchmarks/gpu_stage.sh), then on the
 # device machine, carrying .gpu-stage:
 #     bash benchmarks/gpu_targets.sh
@@ -25,11 +28,18 @@ else
 fi
 "$python" -c "import torch; print(torch.__version__, torch.cuda.get_device_name() \
   if torch.cuda.is_available() else 'no CUDA device')" | tee "$out/device.txt"
+timeout "${TEST_SECONDS:-180}" "$python" -m pytest -q -p no:cacheprovider -rs -x \
+  tests/test_replay.py 2>&1 | tee "$out/tests_replay.txt"
+"$python" benchmarks/round_time.py --device "$device" --repeats "$repeats" --engine batched \
+  --set cuda_graphs=true --cases "${GRAPH_CASES:-fedavg-gcn-cora-louvain10,fedavg-gcn-cora-louvain10-csr,fedavg-gcn-csbm1k-10-host}" \
+  2>&1 | tee "$out/round_time_cuda_graphs.txt"
 for engine in batched sequential; do
   "$python" benchmarks/round_time.py --device "$device" --repeats "$repeats" --engine "$engine" \
     --cases "$cases" 2>&1 | tee "$out/round_time_$engine.txt"
 done
 "$python" benchmarks/round_ops.py --plan accelerator --phases --cases "$cases" 2>&1 \
   | tee "$out/round_ops.txt"
+"$python" benchmarks/round_ops.py --plan accelerator --cuda-graphs --cases "$cases" 2>&1 \
+  | tee "$out/round_ops_cuda_graphs.txt"
 timeout "${TEST_SECONDS:-180}" "$python" -m pytest -q -n 4 -p no:cacheprovider -rs \
   tests/test_batched.py tests/test_devices.py 2>&1 | tee "$out/tests.txt"

@@ -9,11 +9,14 @@ machine without one: a rough guide, checked against the H200's timings in
 
     GRAPHFED_DATA=../shared/datasets python benchmarks/round_ops.py [--engine batched]
         [--plan cpu|accelerator] [--cases NAME,...] [--set KEY=VALUE ...] [--phases]
+        [--cuda-graphs]
 
 ``--plan accelerator`` lays the batched engine's clients out as on a GPU (``training.plans``:
 padded, one group, whole dropout masks) while computing on the CPU. Every operation the
 dispatcher sees counts, views included: each costs the host its dispatch. To count older code,
 copy this file into its checkout's ``benchmarks/`` and run it there with ``PYTHONPATH=src``.
+``--cuda-graphs`` sets ``cuda_graphs=true`` and counts a replayed recording as the one launch
+it is on a GPU (on the CPU each replay runs eagerly, checked, uncounted: ``training.replay``).
 """
 
 from __future__ import annotations
@@ -33,6 +36,10 @@ from graphfed.training import prepare_client
 PHASES = ("forward", "backward", "optimizer", "masks", "engine", "boundary")
 
 
+_COUNTING: list[OperationCount] = []  # the active counts, innermost last
+_REPLAYING = [False]
+
+
 class OperationCount(TorchDispatchMode):
     """Counts the ATen operations dispatched while it is active, by name, and with
     ``phases`` by the part of the round that dispatched them (``phase_of``)."""
@@ -43,6 +50,8 @@ class OperationCount(TorchDispatchMode):
         self.phases: collections.Counter[str] | None = collections.Counter() if phases else None
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if _REPLAYING[0]:  # a recording replayed: one launch, counted by count_replays
+            return func(*args, **(kwargs or {}))
         self.counts[str(func.overloadpacket)] += 1
         if self.phases is not None:
             self.phases[phase_of(traceback.extract_stack())] += 1
@@ -78,8 +87,33 @@ def phase_of(stack: traceback.StackSummary) -> str:
 
 def counted(fn, phases: bool = False) -> OperationCount:
     with OperationCount(phases) as count:
-        fn()
+        _COUNTING.append(count)
+        try:
+            fn()
+        finally:
+            _COUNTING.pop()
     return count
+
+
+def count_replays() -> None:
+    """Emulate recordings on the CPU and count each replay as one operation, of the engine."""
+    from graphfed.training import replay
+
+    replay.CHECK_ON_CPU = True
+    eager = replay.Replay._replay
+
+    def replayed(self):
+        if _COUNTING:
+            _COUNTING[-1].counts["cuda graph replay"] += 1
+            if _COUNTING[-1].phases is not None:
+                _COUNTING[-1].phases["engine"] += 1
+        _REPLAYING[0] = True
+        try:
+            return eager(self)
+        finally:
+            _REPLAYING[0] = False
+
+    replay.Replay._replay = replayed
 
 
 def bench(name: str, overrides: list[str], engine: str, plan: str, extra: list[str],
@@ -117,6 +151,8 @@ def main() -> None:
     parser.add_argument("--cases", default=",".join(CASES), help="comma-separated case names")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a config override added to every case (repeatable)")
+    parser.add_argument("--cuda-graphs", action="store_true",
+                        help="record full-batch training and count each replay as one launch")
     parser.add_argument("--phases", action="store_true",
                         help="also count by the part of the round that dispatched them (slow)")
     args = parser.parse_args()
@@ -124,7 +160,10 @@ def main() -> None:
         from graphfed.training import plans
 
         plans.for_device = lambda device: plans.ACCELERATOR_PLAN
-    print(f"torch {torch.__version__}, plan {args.plan}")
+    if args.cuda_graphs:
+        count_replays()
+        args.set.append("cuda_graphs=true")
+    print(f"torch {torch.__version__}, plan {args.plan}, cuda graphs {args.cuda_graphs}")
     for name in args.cases.split(","):
         print(bench(name, CASES[name], args.engine, args.plan, args.set, args.phases),
               flush=True)

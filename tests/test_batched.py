@@ -394,8 +394,8 @@ def test_fedgcn_clients_train_together_on_their_aggregated_features(monkeypatch)
     fed = build_federation(config, 0)
     fed.setup()
     seen = []
-    monkeypatch.setattr(simulation, "train_together", lambda trainer, jobs, *a: (
-        seen.append(jobs), train_together(trainer, jobs, *a))[1])
+    monkeypatch.setattr(simulation, "train_together", lambda trainer, jobs, *a, **kw: (
+        seen.append(jobs), train_together(trainer, jobs, *a, **kw))[1])
     for rnd in (1, 2):
         fed.fit_round(rnd)
     contexts = fed.runtime.contexts

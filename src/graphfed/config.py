@@ -79,6 +79,11 @@ class ExperimentConfig(BaseModel):
         "another, or together in one stacked pass (algorithms registered batched: fedamp, "
         "fedavg, fedgcn, fedprox, fedsage, local, qfedavg, scaffold; a client the engine "
         "cannot batch trains alone)")
+    cuda_graphs: bool = Field(
+        False, description="with engine=batched on a CUDA device: record a group's local "
+        "training as a CUDA graph the second time the same clients train on whole graphs "
+        "(node level, full batch), then replay it, one launch for hundreds; not yet timed "
+        "on a GPU (docs/performance.md)")
     runtime: Literal["simulation", "flower-sim", "flower"] = Field(
         "simulation", description="simulation: in-process; flower-sim: Flower's simulation "
         "engine; flower: a SuperLink and its SuperNodes")

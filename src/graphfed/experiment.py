@@ -126,7 +126,8 @@ def build_federation(config: ExperimentConfig, seed: int,
                 for i, c in enumerate(data.clients)]
     runtime = SimulationRuntime(server, build_client(config, seed, algorithm, setup),
                                 contexts, config.client_fraction, seed,
-                                batched=config.engine == "batched" and algorithm.batched)
+                                batched=config.engine == "batched" and algorithm.batched,
+                                record=config.cuda_graphs)
     return Federation(config, seed, data, trainer, runtime, global_test)
 
 

@@ -27,11 +27,13 @@ from graphfed.training.batched_eval import EvalJob, eval_refusal, evaluate_toget
 
 class SimulationRuntime(Runtime):
     def __init__(self, server: Server, client: Client, contexts: list[ClientContext],
-                 client_fraction: float, seed: int, batched: bool = False):
+                 client_fraction: float, seed: int, batched: bool = False,
+                 record: bool = False):
         super().__init__(server, len(contexts), client_fraction, seed)
         self.client = client
         self.contexts = contexts
         self.batched = batched
+        self.record = record  # batched training replays its recordings (CUDA graphs)
         self._layouts: dict = {}  # the batched engine's padded data, one per size group
         self._eval_layouts: dict = {}  # the same for the clients evaluated together
 
@@ -90,7 +92,7 @@ class SimulationRuntime(Runtime):
         try:
             results = train_together(self.contexts[clients[0]].trainer,
                                      [together[c][1] for c in clients], setup.local_epochs,
-                                     setup.batch_size, self._layouts)
+                                     setup.batch_size, self._layouts, record=self.record)
         except Exception as e:  # the batch fails as one: every client in it is dropped
             return replies, {c: _dropped(rnd, c, e) for c in clients}
         with preserved_rngs():

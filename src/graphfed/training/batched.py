@@ -17,7 +17,9 @@ sequential ``Trainer.train`` (same shuffles, same arithmetic up to summation ord
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -29,7 +31,7 @@ from torch.func import functional_call, vmap
 from graphfed.models.dropout import Positions, keyed
 from graphfed.models.sparse import PaddedCsr, is_csr
 from graphfed.tensors import Params
-from graphfed.training import plans
+from graphfed.training import plans, replay
 from graphfed.training.batches import GraphBatch, NodeBatch, PreparedClient, PreparedNodeClient
 from graphfed.training.joined import join_clients, joined_forward, joins
 from graphfed.training.stacked_optim import StackedOptimizer
@@ -268,13 +270,16 @@ def row_macs(model: nn.Module, x: Tensor) -> float:
 
 def train_together(trainer: Trainer, jobs: list[ClientJob], epochs: int,
                    batch_size: int | None, cache: dict | None = None,
-                   joined: bool | None = None) -> list[tuple[Params, TrainStats]]:
+                   joined: bool | None = None, record: bool = False
+                   ) -> list[tuple[Params, TrainStats]]:
     """Each job's ``LocalStep`` for ``epochs``, as ``Trainer.train`` returns it (the trained
     parameters, views of one stack, and ``TrainStats``); a client's result does not depend on
     who trains beside it. Graph-level clients in the joined layout (``joined``; None: wherever
     ``joined.joins`` says it serves) train all in one pass per step, unpadded; otherwise
     clients train in padded groups of similar size, one pass per group and step
-    (``by_size_group``). ``cache`` keeps each group's padded node layout between calls."""
+    (``by_size_group``). ``cache`` keeps each group's padded node layout between calls.
+    ``record``: a group trained on whole graphs (node level, full batch) is recorded once
+    and replayed where ``replay.available`` says the device can (``_train_replayed``)."""
     graph_level = not isinstance(jobs[0].data, PreparedNodeClient)
     if joined is None:
         joined = graph_level and joins(trainer.model, trainer.device)
@@ -286,7 +291,7 @@ def train_together(trainer: Trainer, jobs: list[ClientJob], epochs: int,
                          [step_size(j.data, batch_size) for j in jobs], cache,
                          lambda members, group_cache: _train_group(
                              trainer, [jobs[k] for k in members], epochs, batch_size,
-                             group_cache))
+                             group_cache, record=record))
 
 
 def by_size_group(trainer: Trainer, clients: list[PreparedClient], sizes: list[float],
@@ -309,22 +314,23 @@ def by_size_group(trainer: Trainer, clients: list[PreparedClient], sizes: list[f
 
 
 def _train_group(trainer: Trainer, jobs: list[ClientJob], epochs: int,
-                 batch_size: int | None, cache: dict | None, joined: bool = False
-                 ) -> list[tuple[Params, TrainStats]]:
+                 batch_size: int | None, cache: dict | None, joined: bool = False,
+                 record: bool = False) -> list[tuple[Params, TrainStats]]:
     """``train_together`` for one group: all its clients in one stacked pass per step."""
     model, device, clients = trainer.model, trainer.device, len(jobs)
-    live = {name: torch.stack([j.step.params[name] for j in jobs]).requires_grad_(True)
-            for name in jobs[0].step.params}
-    mu = torch.tensor([j.step.proximal_mu for j in jobs], device=device)
-    anchor = ({name: torch.stack([(j.step.anchor or j.step.params)[name] for j in jobs])
-               for name in live} if any(j.step.proximal_mu > 0 for j in jobs) else None)
-    offset = _stacked_offsets(jobs, live)
-    optimizer = StackedOptimizer(trainer.optimizer, live, clients)
-    keys = torch.tensor([j.seed & 0x7FFFFFFF for j in jobs], dtype=torch.int32, device=device)
-    generators = [torch.Generator().manual_seed(j.seed) for j in jobs]
     layout = (node_layout([j.data for j in jobs], cache)
               if isinstance(jobs[0].data, PreparedNodeClient) else None)
     whole = batch_size is None or batch_size >= max(j.data.num_samples("train") for j in jobs)
+    if record and layout is not None and whole and cache is not None and replay.available(
+            device):
+        return _train_replayed(trainer, jobs, epochs, layout, cache)
+    live = {name: torch.stack([j.step.params[name] for j in jobs]).requires_grad_(True)
+            for name in jobs[0].step.params}
+    penalties = _Penalties.of(jobs, live, device)
+    penalties.load(jobs)
+    optimizer = StackedOptimizer(trainer.optimizer, live, clients)
+    keys = _keys(jobs, device)
+    generators = [torch.Generator().manual_seed(j.seed) for j in jobs]
     total = torch.zeros(clients, device=device)
     samples = torch.zeros(clients, dtype=torch.long, device=device)
     steps = [0] * clients  # counted on the host, where the batches are chosen
@@ -349,28 +355,143 @@ def _train_group(trainer: Trainer, jobs: list[ClientJob], epochs: int,
                     _node_losses(model, live, keys, step, layout, chosen, whole)
                     if layout is not None else _graph_losses(model, live, keys, step, chosen))
                 terms.append(loss)
-            if anchor is not None:
-                terms.append(proximal_penalty(mu, live, anchor, clients=True))
-            if offset is not None:
-                terms.append(linear_penalty(offset, live, clients=True))
-            if terms:
-                objective = sum(terms)
-                (objective if weight is None else objective * weight).sum().backward()
-            optimizer.step(active)
-            for p in live.values():
-                p.grad = None
+            _descend(live, optimizer, terms + penalties.terms(live), weight, active)
             total += loss.detach() * counts
             samples += counts
             steps = [n + (b is not None) for n, b in zip(steps, chosen, strict=True)]
             step += 1
     for p in live.values():  # the trained stacks, leaves that record no more: no detach each
         p.requires_grad_(False)
+    return _results(live, total, samples, steps)
+
+
+def _keys(jobs: list[ClientJob], device: torch.device) -> Tensor:
+    """The clients' dropout keys ``[K]`` (int32), from their call seeds."""
+    return torch.tensor([j.seed & 0x7FFFFFFF for j in jobs], dtype=torch.int32, device=device)
+
+
+def _descend(live: Params, optimizer: StackedOptimizer, terms: list[Tensor],
+             weight: Tensor | None, active: Tensor | None) -> None:
+    """One step of the clients that take it (``active``; None: all): the gradient of each
+    client's objective (the sum of ``terms`` ``[K]``, times ``weight``, None for 1) and its
+    update."""
+    if terms:
+        objective = functools.reduce(operator.add, terms)  # sum() would add a 0 first
+        (objective if weight is None else objective * weight).sum().backward()
+    optimizer.step(active)
+    for p in live.values():
+        p.grad = None
+
+
+def _results(live: Params, total: Tensor, samples: Tensor, steps: list[int]
+             ) -> list[tuple[Params, TrainStats]]:
+    """Each client's trained parameters (views of ``live``) and statistics, from its summed
+    losses, samples and steps."""
     trained = {n: v.unbind(0) for n, v in live.items()}
     # one read of the device for every client's statistics (counts are exact in float64)
     total_l, samples_l = torch.stack([total.double(), samples]).tolist()
     return [({n: v[k] for n, v in trained.items()},
              TrainStats(total_l[k] / max(samples_l[k], 1), steps[k], int(samples_l[k])))
-            for k in range(clients)]
+            for k in range(len(steps))]
+
+
+class _Penalties:
+    """The clients' objective beyond their loss, stacked ``[K, ...]`` in tensors of their own
+    that ``load`` fills: FedProx's proximal term (``mu`` ``[K]`` around ``anchor``, where any
+    client has mu > 0) and SCAFFOLD's linear one (``offset``, zero for a client without)."""
+
+    def __init__(self, live: Params, clients: int, device: torch.device, proximal: bool,
+                 linear: bool):
+        self.mu = torch.zeros(clients, device=device)
+        self.anchor = {n: torch.empty_like(v) for n, v in live.items()} if proximal else None
+        self.offset = {n: torch.empty_like(v) for n, v in live.items()} if linear else None
+
+    @classmethod
+    def of(cls, jobs: list[ClientJob], live: Params, device: torch.device) -> _Penalties:
+        return cls(live, len(jobs), device, *cls.kinds(jobs))
+
+    @staticmethod
+    def kinds(jobs: list[ClientJob]) -> tuple[bool, bool]:
+        """Which terms these jobs need: proximal, linear."""
+        return (any(j.step.proximal_mu > 0 for j in jobs),
+                any(j.step.gradient_offset is not None for j in jobs))
+
+    @torch.no_grad()
+    def load(self, jobs: list[ClientJob]) -> None:
+        if self.anchor is None and self.offset is None:
+            return
+        self.mu.copy_(torch.tensor([j.step.proximal_mu for j in jobs]))
+        for name, anchor in (self.anchor or {}).items():
+            torch.stack([(j.step.anchor or j.step.params)[name] for j in jobs], out=anchor)
+        for name, offset in (self.offset or {}).items():
+            torch.stack([torch.zeros_like(offset[0]) if j.step.gradient_offset is None
+                         else j.step.gradient_offset[name] for j in jobs], out=offset)
+
+    def terms(self, live: Params) -> list[Tensor]:
+        """The terms ``[K]`` each client adds to its loss."""
+        terms = []
+        if self.anchor is not None:
+            terms.append(proximal_penalty(self.mu, live, self.anchor, clients=True))
+        if self.offset is not None:
+            terms.append(linear_penalty(self.offset, live, clients=True))
+        return terms
+
+
+def _train_replayed(trainer: Trainer, jobs: list[ClientJob], epochs: int, layout: NodeLayout,
+                    cache: dict) -> list[tuple[Params, TrainStats]]:
+    """``_train_group`` for full-batch node-level clients, whose every step is the same work:
+    the whole training recorded as one graph after its first call on this group
+    (``training.replay``) and replayed from then on, the jobs loaded into its inputs."""
+    kinds = _Penalties.kinds(jobs)
+    # what the recording bakes in as scalars (rates, sizes) or memory (the model's layers)
+    signature = ("replay", epochs, kinds, repr(trainer.optimizer), id(trainer.model),
+                 repr(getattr(trainer.model, "opts", None)),
+                 tuple((n, v.shape, v.dtype) for n, v in jobs[0].step.params.items()))
+    group = cache.get(signature)
+    if group is None:
+        group = cache[signature] = _ReplayedGroup(trainer, jobs[0].step.params, len(jobs),
+                                                  epochs, layout, kinds)
+    trainer.model.train()
+    total, samples = group.replay(lambda: group.load(jobs))
+    with torch.no_grad():  # the next call overwrites the inputs: each client's own copy
+        trained = {n: v.clone() for n, v in group.live.items()}
+    return _results(trained, total, samples, [epochs] * len(jobs))
+
+
+class _ReplayedGroup:
+    """One group's full-batch training over inputs that live across calls (its parameters,
+    keys and penalties, ``load``-ed from the jobs), as a ``Replay``."""
+
+    def __init__(self, trainer: Trainer, params: Params, clients: int, epochs: int,
+                 layout: NodeLayout, kinds: tuple[bool, bool]):
+        device = trainer.device
+        self.trainer, self.epochs, self.layout = trainer, epochs, layout
+        self.live = {n: torch.empty((clients, *p.shape), dtype=p.dtype, device=device
+                                    ).requires_grad_(True) for n, p in params.items()}
+        self.keys = torch.zeros(clients, dtype=torch.int32, device=device)
+        self.penalties = _Penalties(self.live, clients, device, *kinds)
+        self.replay = replay.Replay(self._run, device)
+
+    @torch.no_grad()
+    def load(self, jobs: list[ClientJob]) -> None:
+        for name, stack in self.live.items():
+            torch.stack([j.step.params[name] for j in jobs], out=stack)
+        self.keys.copy_(_keys(jobs, torch.device("cpu")))
+        self.penalties.load(jobs)
+
+    def _run(self) -> tuple[Tensor, Tensor]:
+        """Every epoch's step; the clients' summed losses and samples."""
+        live, clients = self.live, len(self.keys)
+        optimizer = StackedOptimizer(self.trainer.optimizer, live, clients)
+        total = torch.zeros(clients, device=self.keys.device)
+        samples = torch.zeros(clients, dtype=torch.long, device=self.keys.device)
+        for step in range(self.epochs):
+            loss, counts = _node_losses(self.trainer.model, live, self.keys, step, self.layout,
+                                        [], True)
+            _descend(live, optimizer, [loss, *self.penalties.terms(live)], None, None)
+            total += loss.detach() * counts
+            samples += counts
+        return total, samples
 
 
 def _node_losses(model, live: Params, keys: Tensor, step: int, layout: NodeLayout,
@@ -444,16 +565,6 @@ def _masked_mean_losses(logits: Tensor, targets: Tensor, mask: Tensor) -> tuple[
     losses = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1),
                              reduction="none").view_as(targets)
     return (losses * mask).sum(1) / counts.clamp(min=1), counts
-
-
-def _stacked_offsets(jobs: list[ClientJob], live: Params) -> Params | None:
-    """The jobs' gradient offsets stacked ``[K, ...]`` (zero for a job without one); None when
-    no job has one."""
-    if all(j.step.gradient_offset is None for j in jobs):
-        return None
-    return {name: torch.stack([
-        torch.zeros_like(stack[0]) if j.step.gradient_offset is None
-        else j.step.gradient_offset[name].detach() for j in jobs]) for name, stack in live.items()}
 
 
 def cached_for(cache: dict | None, key: tuple, build):
