@@ -182,3 +182,11 @@ def test_on_a_gpu_recorded_rounds_are_cuda_graphs_that_train_as_the_eager_rounds
             assert (got[name] - value).abs().max() < 1e-5, name
     for want, got in zip(eager_lines, lines, strict=True):
         assert got["train_loss"] == pytest.approx(want["train_loss"], abs=1e-5)
+
+
+@pytest.mark.parametrize("overrides", [["engine=sequential"],
+                                       ["engine=batched", "runtime=flower-sim"]])
+def test_recording_without_the_batched_in_process_engine_is_refused_as_bad_config(overrides):
+    with pytest.raises(ValueError, match=r"cuda_graphs .* needs engine=batched and "
+                                         r"runtime=simulation"):
+        load_config(None, ["dataset=Cora", "cuda_graphs=true", *overrides])

@@ -182,6 +182,9 @@ class ExperimentConfig(BaseModel):
         if self.client_global_eval and not self.partition.has_global_test:
             raise ValueError("client_global_eval needs a global test set "
                              "(partition.global_test > 0)")
+        if self.cuda_graphs and (self.engine != "batched" or self.runtime != "simulation"):
+            raise ValueError("cuda_graphs records the batched engine's training: it needs "
+                             "engine=batched and runtime=simulation")
         if self.csbm is not None and self.dataset not in SYNTHETIC:
             raise ValueError("the csbm section applies only to dataset=csbm")
         if self.runtime == "flower" and self.flower.owner_keys is None:
