@@ -5,6 +5,7 @@ a CUDA graph would replay wrongly."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 
@@ -13,7 +14,7 @@ import torch
 
 from graphfed.config import load_config
 from graphfed.experiment import build_federation, resume_experiment, run_experiment
-from graphfed.training import plans, replay
+from graphfed.training import batched, plans, replay
 from graphfed.training.replay import Replay, ReplayError
 from tests.conftest import interrupted_run, require
 
@@ -105,8 +106,8 @@ def _rounds(overrides: list[str], record: bool, rounds: int = 3, device: str = "
     lines = [fed.fit_round(rnd) for rnd in range(1, rounds + 1)]
     params = fed.runtime.server.global_params()
     models = [params] if params is not None else [c.state["params"] for c in fed.runtime.contexts]
-    replays = [v.replay for group in fed.runtime._layouts.values() for k, v in group.items()
-               if isinstance(k, tuple) and k[0] == "replay"]
+    replays = [group[batched.REPLAY_KEY][1].replay for group in fed.runtime._layouts.values()
+               if batched.REPLAY_KEY in group]
     return lines, models, replays
 
 
@@ -190,3 +191,20 @@ def test_recording_without_the_batched_in_process_engine_is_refused_as_bad_confi
     with pytest.raises(ValueError, match=r"cuda_graphs .* needs engine=batched and "
                                          r"runtime=simulation"):
         load_config(None, ["dataset=Cora", "cuda_graphs=true", *overrides])
+
+
+@require("Cora")
+def test_a_group_holds_one_recording_and_a_new_signature_replaces_it(emulated):
+    """Rounds of another length (or rate, or optimizer) are other work: they record anew in
+    the group's one slot, so recordings, and the device memory each keeps, never pile up."""
+    fed = build_federation(load_config(None, [*NODE, "algorithm=fedavg", "cuda_graphs=true"]),
+                           0)
+    for rnd in (1, 2):
+        fed.fit_round(rnd)
+    (group,) = fed.runtime._layouts.values()
+    first = group[batched.REPLAY_KEY][1].replay
+    assert first.recorded
+    fed.runtime.client.setup = dataclasses.replace(fed.runtime.client.setup, local_epochs=1)
+    fed.fit_round(3)
+    second = group[batched.REPLAY_KEY][1].replay
+    assert second is not first and second.calls == 1 and not second.recorded

@@ -437,6 +437,9 @@ class _Penalties:
         return terms
 
 
+REPLAY_KEY = "replay"  # a group cache's recording, beside its layout
+
+
 def _train_replayed(trainer: Trainer, jobs: list[ClientJob], epochs: int, layout: NodeLayout,
                     cache: dict) -> list[tuple[Params, TrainStats]]:
     """``_train_group`` for full-batch node-level clients, whose every step is the same work:
@@ -444,13 +447,15 @@ def _train_replayed(trainer: Trainer, jobs: list[ClientJob], epochs: int, layout
     (``training.replay``) and replayed from then on, the jobs loaded into its inputs."""
     kinds = _Penalties.kinds(jobs)
     # what the recording bakes in as scalars (rates, sizes) or memory (the model's layers)
-    signature = ("replay", epochs, kinds, repr(trainer.optimizer), id(trainer.model),
+    signature = (epochs, kinds, repr(trainer.optimizer), id(trainer.model),
                  repr(getattr(trainer.model, "opts", None)),
                  tuple((n, v.shape, v.dtype) for n, v in jobs[0].step.params.items()))
-    group = cache.get(signature)
-    if group is None:
-        group = cache[signature] = _ReplayedGroup(trainer, jobs[0].step.params, len(jobs),
-                                                  epochs, layout, kinds)
+    # one recording a group at most: another signature replaces it (and frees its memory)
+    held = cache.get(REPLAY_KEY)
+    if held is None or held[0] != signature:
+        held = cache[REPLAY_KEY] = (signature, _ReplayedGroup(
+            trainer, jobs[0].step.params, len(jobs), epochs, layout, kinds))
+    group = held[1]
     trainer.model.train()
     total, samples = group.replay(lambda: group.load(jobs))
     with torch.no_grad():  # the next call overwrites the inputs: each client's own copy
