@@ -39,7 +39,5 @@ for engine in batched sequential; do
 done
 "$python" benchmarks/round_ops.py --plan accelerator --phases --cases "$cases" 2>&1 \
   | tee "$out/round_ops.txt"
-"$python" benchmarks/round_ops.py --plan accelerator --cuda-graphs --cases "$cases" 2>&1 \
-  | tee "$out/round_ops_cuda_graphs.txt"
 timeout "${TEST_SECONDS:-180}" "$python" -m pytest -q -n 4 -p no:cacheprovider -rs \
   tests/test_batched.py tests/test_devices.py 2>&1 | tee "$out/tests.txt"
