@@ -75,7 +75,7 @@ class Replay:
         if not self.recorded:
             try:
                 self._record(load)
-            except (ReplayError, RuntimeError) as e:
+            except RuntimeError as e:  # a ReplayError, or CUDA's own refusal to capture
                 self.refused = str(e).splitlines()[0]
                 self._graph, self._outputs, self._recorded, self._kept = None, None, None, {}
                 log.warning("batched training replays no recording (%s): it runs eagerly",
