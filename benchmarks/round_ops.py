@@ -16,7 +16,8 @@ padded, one group, whole dropout masks) while computing on the CPU. Every operat
 dispatcher sees counts, views included: each costs the host its dispatch. To count older code,
 copy this file into its checkout's ``benchmarks/`` and run it there with ``PYTHONPATH=src``.
 ``--cuda-graphs`` sets ``cuda_graphs=true`` and counts a replayed recording as the one launch
-it is on a GPU (on the CPU each replay runs eagerly, checked, uncounted: ``training.replay``).
+it is on a GPU (on the CPU each replay runs eagerly, checked, uncounted: ``training.replay``);
+the line then adds what the recording holds (``recorded_ops``, ``recorded_views`` of them).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ PHASES = ("forward", "backward", "optimizer", "masks", "engine", "boundary")
 
 
 _COUNTING: list[OperationCount] = []  # the active counts, innermost last
-_REPLAYING = [False]
+_REPLAYING: list[str | None] = [None]  # "emulation" (uncounted) or "recorded" (tallied apart)
 
 
 class OperationCount(TorchDispatchMode):
@@ -48,9 +49,12 @@ class OperationCount(TorchDispatchMode):
         super().__init__()
         self.counts: collections.Counter[str] = collections.Counter()
         self.phases: collections.Counter[str] | None = collections.Counter() if phases else None
+        self.recorded: collections.Counter[str] = collections.Counter()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if _REPLAYING[0]:  # a recording replayed: one launch, counted by count_replays
+        if _REPLAYING[0] is not None:  # a recording replayed: one launch (count_replays)
+            if _REPLAYING[0] == "recorded":  # what the recording holds, views apart
+                self.recorded["view" if func.is_view else "other"] += 1
             return func(*args, **(kwargs or {}))
         self.counts[str(func.overloadpacket)] += 1
         if self.phases is not None:
@@ -96,7 +100,9 @@ def counted(fn, phases: bool = False) -> OperationCount:
 
 
 def count_replays() -> None:
-    """Emulate recordings on the CPU and count each replay as one operation, of the engine."""
+    """Emulate recordings on the CPU and count each replay as one operation, of the engine;
+    the operations the recording holds are tallied apart (``recorded``), views (which launch
+    nothing) and others, the emulation's copies of its results left out."""
     from graphfed.training import replay
 
     replay.CHECK_ON_CPU = True
@@ -107,11 +113,20 @@ def count_replays() -> None:
             _COUNTING[-1].counts["cuda graph replay"] += 1
             if _COUNTING[-1].phases is not None:
                 _COUNTING[-1].phases["engine"] += 1
-        _REPLAYING[0] = True
+        run = self.run
+
+        def recorded():
+            _REPLAYING[0] = "recorded"
+            try:
+                return run()
+            finally:
+                _REPLAYING[0] = "emulation"
+
+        self.run, _REPLAYING[0] = recorded, "emulation"
         try:
             return eager(self)
         finally:
-            _REPLAYING[0] = False
+            self.run, _REPLAYING[0] = run, None
 
     replay.Replay._replay = replayed
 
@@ -136,6 +151,9 @@ def bench(name: str, overrides: list[str], engine: str, plan: str, extra: list[s
     eval_ops = counted(lambda: fed.evaluate(3)).total
     line = (f"RESULT case={name} engine={engine} plan={plan} round_ops={rnd.total} "
             f"epoch_ops={ep.total} ratio={rnd.total / ep.total:.2f} eval_ops={eval_ops}")
+    if rnd.recorded:
+        line += (f" recorded_ops={sum(rnd.recorded.values())} "
+                 f"recorded_views={rnd.recorded['view']}")
     if phases:
         line += "".join(f"\nPHASES case={name} {side} " + " ".join(
             f"{p}={count.phases[p]}" for p in PHASES) for side, count in (("round", rnd),

@@ -89,6 +89,16 @@ def test_gathers_by_integer_index_are_recorded(emulated):
     assert step.recorded and step.refused is None
 
 
+def test_a_host_tensor_read_by_a_device_step_is_refused():
+    """A CUDA step reading a host tensor would record a copy from host memory that a replay
+    reads again, whatever that memory holds by then."""
+    host = torch.ones(3)
+    assert "moves data between the host and the device" in replay._refusal(
+        torch.ops.aten.add.Tensor, (host, host), {}, torch.device("cuda"))
+    assert replay._refusal(torch.ops.aten.add.Tensor, (host, host), {},
+                           torch.device("cpu")) is None
+
+
 def test_only_cuda_records_unless_the_tests_emulate_it_on_the_cpu(monkeypatch):
     assert replay.available(torch.device("cuda"))
     assert not replay.available(torch.device("cpu"))

@@ -74,11 +74,11 @@ def _metrics(confusion: np.ndarray, loss_sum: float, n: int, majority: int | Non
     return out
 
 
-def majority_class(labels: Tensor, num_classes: int = 0) -> int | None:
+def majority_class(labels: Tensor) -> int | None:
     """The most frequent label, the smallest on a tie; None without labels."""
     if not len(labels):
         return None
-    counts = torch.bincount(labels, minlength=num_classes)
+    counts = torch.bincount(labels)
     return int(torch.nonzero(counts == counts.max())[0])
 
 

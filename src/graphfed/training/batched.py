@@ -326,7 +326,7 @@ def _train_group(trainer: Trainer, jobs: list[ClientJob], epochs: int,
         return _train_replayed(trainer, jobs, epochs, layout, cache)
     live = {name: torch.stack([j.step.params[name] for j in jobs]).requires_grad_(True)
             for name in jobs[0].step.params}
-    penalties = _Penalties.of(jobs, live, device)
+    penalties = _Penalties(live, device, *_Penalties.kinds(jobs))
     penalties.load(jobs)
     optimizer = StackedOptimizer(trainer.optimizer, live, clients)
     keys = _keys(jobs, device)
@@ -400,15 +400,11 @@ class _Penalties:
     that ``load`` fills: FedProx's proximal term (``mu`` ``[K]`` around ``anchor``, where any
     client has mu > 0) and SCAFFOLD's linear one (``offset``, zero for a client without)."""
 
-    def __init__(self, live: Params, clients: int, device: torch.device, proximal: bool,
-                 linear: bool):
-        self.mu = torch.zeros(clients, device=device)
+    def __init__(self, live: Params, device: torch.device, proximal: bool, linear: bool):
+        clients = len(next(iter(live.values())))
+        self.mu = torch.zeros(clients, device=device) if proximal else None
         self.anchor = {n: torch.empty_like(v) for n, v in live.items()} if proximal else None
         self.offset = {n: torch.empty_like(v) for n, v in live.items()} if linear else None
-
-    @classmethod
-    def of(cls, jobs: list[ClientJob], live: Params, device: torch.device) -> _Penalties:
-        return cls(live, len(jobs), device, *cls.kinds(jobs))
 
     @staticmethod
     def kinds(jobs: list[ClientJob]) -> tuple[bool, bool]:
@@ -418,9 +414,8 @@ class _Penalties:
 
     @torch.no_grad()
     def load(self, jobs: list[ClientJob]) -> None:
-        if self.anchor is None and self.offset is None:
-            return
-        self.mu.copy_(torch.tensor([j.step.proximal_mu for j in jobs]))
+        if self.mu is not None:
+            self.mu.copy_(torch.tensor([j.step.proximal_mu for j in jobs]))
         for name, anchor in (self.anchor or {}).items():
             torch.stack([(j.step.anchor or j.step.params)[name] for j in jobs], out=anchor)
         for name, offset in (self.offset or {}).items():
@@ -474,7 +469,7 @@ class _ReplayedGroup:
         self.live = {n: torch.empty((clients, *p.shape), dtype=p.dtype, device=device
                                     ).requires_grad_(True) for n, p in params.items()}
         self.keys = torch.zeros(clients, dtype=torch.int32, device=device)
-        self.penalties = _Penalties(self.live, clients, device, *kinds)
+        self.penalties = _Penalties(self.live, device, *kinds)
         self.replay = replay.Replay(self._run, device)
 
     @torch.no_grad()

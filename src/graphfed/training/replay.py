@@ -33,7 +33,7 @@ CHECK_ON_CPU = False
 # calls run eagerly before one is recorded: a set of clients seen once may never come back
 EAGER_CALLS = 1
 
-_UNSAFE_TAGS = tuple(getattr(torch.Tag, t) for t in ("cudagraph_unsafe",) if hasattr(torch.Tag, t))
+_UNSAFE = getattr(torch.Tag, "cudagraph_unsafe", None)  # a tag newer torch has
 
 
 class ReplayError(RuntimeError):
@@ -192,7 +192,7 @@ def _refusal(func, args, kwargs, device: torch.device) -> str | None:
         return "makes a tensor from host data (torch.tensor)"
     if torch.Tag.nondeterministic_seeded in tags:
         return "draws from the global random stream"
-    if any(t in tags for t in _UNSAFE_TAGS):
+    if _UNSAFE is not None and _UNSAFE in tags:
         return "is marked unsafe in CUDA graphs"
     tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, Tensor)]
     if torch.Tag.dynamic_output_shape in tags and not (
