@@ -9,7 +9,7 @@ machine without one: a rough guide, checked against the H200's timings in
 
     GRAPHFED_DATA=../shared/datasets python benchmarks/round_ops.py [--engine batched]
         [--plan cpu|accelerator] [--cases NAME,...] [--set KEY=VALUE ...] [--phases]
-        [--cuda-graphs]
+        [--cuda-graphs [--list-recorded]]
 
 ``--plan accelerator`` lays the batched engine's clients out as on a GPU (``training.plans``:
 padded, one group, whole dropout masks) while computing on the CPU. Every operation the
@@ -17,7 +17,9 @@ dispatcher sees counts, views included: each costs the host its dispatch. To cou
 copy this file into its checkout's ``benchmarks/`` and run it there with ``PYTHONPATH=src``.
 ``--cuda-graphs`` sets ``cuda_graphs=true`` and counts a replayed recording as the one launch
 it is on a GPU (on the CPU each replay runs eagerly, checked, uncounted: ``training.replay``);
-the line then adds what the recording holds (``recorded_ops``, ``recorded_views`` of them).
+the line then adds what the recording holds (``recorded_ops``, ``recorded_views`` of them);
+``--list-recorded`` also prints each kind of operation it holds, views apart, with its count
+(``RECORDED case=... count op``): what a CUDA capture must accept.
 """
 
 from __future__ import annotations
@@ -50,11 +52,14 @@ class OperationCount(TorchDispatchMode):
         self.counts: collections.Counter[str] = collections.Counter()
         self.phases: collections.Counter[str] | None = collections.Counter() if phases else None
         self.recorded: collections.Counter[str] = collections.Counter()
+        self.recorded_kinds: collections.Counter[str] = collections.Counter()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if _REPLAYING[0] is not None:  # a recording replayed: one launch (count_replays)
             if _REPLAYING[0] == "recorded":  # what the recording holds, views apart
                 self.recorded["view" if func.is_view else "other"] += 1
+                if not func.is_view:
+                    self.recorded_kinds[str(func)] += 1
             return func(*args, **(kwargs or {}))
         self.counts[str(func.overloadpacket)] += 1
         if self.phases is not None:
@@ -132,7 +137,7 @@ def count_replays() -> None:
 
 
 def bench(name: str, overrides: list[str], engine: str, plan: str, extra: list[str],
-          phases: bool = False) -> str:
+          phases: bool = False, list_recorded: bool = False) -> str:
     config = load_config(None, [*overrides, *extra, "checkpoint_every=0", "device=cpu",
                                 f"engine={engine}"])
     fed = build_federation(config, seed=0)
@@ -154,6 +159,9 @@ def bench(name: str, overrides: list[str], engine: str, plan: str, extra: list[s
     if rnd.recorded:
         line += (f" recorded_ops={sum(rnd.recorded.values())} "
                  f"recorded_views={rnd.recorded['view']}")
+        if list_recorded:
+            line += "".join(f"\nRECORDED case={name} {count} {op}"
+                            for op, count in sorted(rnd.recorded_kinds.items()))
     if phases:
         line += "".join(f"\nPHASES case={name} {side} " + " ".join(
             f"{p}={count.phases[p]}" for p in PHASES) for side, count in (("round", rnd),
@@ -171,6 +179,8 @@ def main() -> None:
                         help="a config override added to every case (repeatable)")
     parser.add_argument("--cuda-graphs", action="store_true",
                         help="record full-batch training and count each replay as one launch")
+    parser.add_argument("--list-recorded", action="store_true",
+                        help="with --cuda-graphs, list the kinds of operation a recording holds")
     parser.add_argument("--phases", action="store_true",
                         help="also count by the part of the round that dispatched them (slow)")
     args = parser.parse_args()
@@ -183,8 +193,8 @@ def main() -> None:
         args.set.append("cuda_graphs=true")
     print(f"torch {torch.__version__}, plan {args.plan}, cuda graphs {args.cuda_graphs}")
     for name in args.cases.split(","):
-        print(bench(name, CASES[name], args.engine, args.plan, args.set, args.phases),
-              flush=True)
+        print(bench(name, CASES[name], args.engine, args.plan, args.set, args.phases,
+                    args.list_recorded), flush=True)
 
 
 if __name__ == "__main__":

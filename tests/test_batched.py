@@ -460,6 +460,28 @@ def test_clients_evaluated_together_score_what_they_score_one_by_one(case):
 
 
 @require("Cora")
+def test_joined_evaluation_scores_rows_built_once_and_skips_an_empty_split():
+    from graphfed.training.batched_eval import EvalJob, evaluate_together
+    trainer, fits = _jobs([*NODE, "eval_train_split=true"], [0, 1, 2])
+    fits[1].data.index["val"] = fits[1].data.index["val"][:0]  # a client without val nodes
+    params = trainer.initial_params()
+    jobs = [EvalJob(params, f.data, None) for f in fits]
+    cache: dict = {}
+    first = evaluate_together(trainer, jobs, cache)
+    (built,) = cache["joined"][0].values()
+    second = evaluate_together(trainer, jobs, cache)
+    assert next(iter(cache["joined"][0].values())) is built  # the rows were not rebuilt
+    assert second == first
+    alone = [trainer.evaluate(params, f.data) for f in fits]
+    assert [sorted(m) for m in first] == [sorted(m) for m in alone]
+    assert "val" not in first[1] and {"val", "test", "train"} <= set(first[0])
+    for together, one in zip(first, alone, strict=True):
+        for split, m in one.items():
+            for key, value in m.items():
+                assert together[split][key] == pytest.approx(value, abs=1e-5), (split, key)
+
+
+@require("Cora")
 def test_evaluation_the_engine_cannot_stack_runs_one_by_one():
     from graphfed.training.batched_eval import eval_refusal
     trainer, jobs = _jobs([*NODE, "sampling.fanouts=[5,5]", "model=sage",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -25,28 +26,52 @@ def classification_metrics(logits: Tensor, target: Tensor, num_classes: int,
 def many_classification_metrics(scored: Sequence[tuple[Tensor, Tensor, int | None]],
                                 num_classes: int) -> list[dict[str, float]]:
     """``classification_metrics`` of each (logits, targets, majority) set, all in one pass over
-    their joined rows and one read of the device: every confusion matrix from one count, every
-    loss from one sum (a round's evaluation scores each client's splits, which one at a time
-    cost a dozen operations and a device read each)."""
+    their joined rows and one read of the device (``joined_classification_metrics``): a round's
+    evaluation scores each client's splits, which one at a time cost a dozen operations and a
+    device read each."""
     if not scored:
         return []
-    c = num_classes
-    logits = torch.cat([one[0] for one in scored])
     target = torch.cat([one[1] for one in scored])
-    sizes = [len(one[1]) for one in scored]
-    segment = torch.repeat_interleave(
-        torch.arange(len(scored), device=target.device),
-        torch.tensor(sizes, device=target.device), output_size=len(target))
+    return joined_classification_metrics(
+        torch.cat([one[0] for one in scored]), target,
+        Segments.of([len(one[1]) for one in scored], target.device),
+        [one[2] for one in scored], num_classes)
+
+
+@dataclass(frozen=True)
+class Segments:
+    """Consecutive sets of rows: how many rows each set has, and each row's set. Built once
+    where the same sets are scored every round (``batched_eval``'s joined clients)."""
+
+    sizes: list[int]
+    of_row: Tensor
+
+    @classmethod
+    def of(cls, sizes: list[int], device: torch.device) -> Segments:
+        of_row = torch.repeat_interleave(torch.arange(len(sizes), device=device),
+                                         torch.tensor(sizes, dtype=torch.long, device=device),
+                                         output_size=sum(sizes))
+        return cls(sizes, of_row)
+
+
+def joined_classification_metrics(logits: Tensor, target: Tensor, segments: Segments,
+                                  majorities: Sequence[int | None], num_classes: int
+                                  ) -> list[dict[str, float]]:
+    """``classification_metrics`` of each of ``segments``' sets of rows of ``logits`` and
+    ``target`` (with its ``majorities`` entry): every confusion matrix from one count, every
+    loss from one sum, one read of the device."""
+    c, sets = num_classes, len(segments.sizes)
+    segment = segments.of_row
     confusion = torch.bincount((segment * c + target) * c + logits.argmax(1),
-                               minlength=len(scored) * c * c)
+                               minlength=sets * c * c)
     losses = torch.bincount(segment, F.cross_entropy(logits, target, reduction="none").double(),
-                            minlength=len(scored))
+                            minlength=sets)
     # the rest on C x C arrays in NumPy: a dozen tiny torch operations cost more than the pass
     read = torch.cat([confusion.double(), losses]).cpu().numpy()
-    confusions = read[:-len(scored)].reshape(len(scored), c, c)
-    loss_sums = read[-len(scored):]
-    return [_metrics(confusion, float(loss), n, majority) for confusion, loss, n, (_, _, majority)
-            in zip(confusions, loss_sums, sizes, scored, strict=True)]
+    confusions = read[:-sets].reshape(sets, c, c)
+    loss_sums = read[-sets:]
+    return [_metrics(confusion, float(loss), n, majority) for confusion, loss, n, majority
+            in zip(confusions, loss_sums, segments.sizes, majorities, strict=True)]
 
 
 def _metrics(confusion: np.ndarray, loss_sum: float, n: int, majority: int | None

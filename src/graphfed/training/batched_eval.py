@@ -1,11 +1,12 @@
 """Many clients' evaluation in one pass: the batched engine's ``Trainer.evaluate``.
 
 Every client scores the parameters it deploys on its own splits, and its metrics come from its
-own rows of the logits, all clients' at once (``Trainer.clients_split_metrics``), by the
-function the sequential path uses.
+own rows of the logits, all clients' at once (``metrics.joined_classification_metrics``), by
+the function the sequential path uses.
 Where every client deploys the same parameters (the FedAvg family) their graphs are joined
 block-diagonally, no padding, and one plain forward pass scores them all: the arithmetic of
-the clients one by one, without the per-client calls. Where they differ (personalised models)
+the clients one by one, without the per-client calls; node-level clients' scored rows are
+gathered at once, by an index built with the join. Where they differ (personalised models)
 graph-level clients on the CPU are each scored by their own plain pass (joined rows would pay
 for spreading every bias over them); otherwise the graphs are padded into the layout training
 uses (``batched.NodeLayout``; graph-level clients split by split; clients of similar size
@@ -26,6 +27,7 @@ from torch import Tensor
 from torch.func import functional_call
 from torch_geometric.data import Batch, Data
 
+from graphfed.metrics import Segments, joined_classification_metrics
 from graphfed.models.sparse import PaddedCsr, is_csr, join_rows
 from graphfed.tensors import Params
 from graphfed.training import plans
@@ -82,26 +84,31 @@ def evaluate_together(trainer: Trainer, jobs: list[EvalJob], cache: dict | None 
     clients = [j.data for j in jobs]
     node = isinstance(clients[0], PreparedNodeClient)
     if all(j.params is jobs[0].params for j in jobs):
-        joined, run = cache.setdefault("joined", {}), (
-            _joined_node_outputs if node else _joined_graph_outputs)
-        outputs = []
-        for n, chunk in enumerate(_row_chunks(clients, group_rows(trainer, clients[0]))):
-            outputs += run(trainer, jobs[0].params, chunk, joined.setdefault(n, {}))
-    elif not node and plans.for_device(trainer.device).joined:
-        # where training joins (the CPU), each client's own plain pass: joined rows through
-        # grouped products spread every bias over them, which costs an evaluation more than
-        # the calls
-        outputs = [trainer.outputs(j.params, c) for j, c in zip(jobs, clients, strict=True)]
-    else:  # clients of similar size stacked together, as in training
-        def run(members: list[int], group_cache: dict | None) -> list[Outputs]:
-            stacked = _stack([jobs[k].params for k in members])
-            group = [clients[k] for k in members]
-            return (_node_outputs(trainer, stacked, group, group_cache) if node
-                    else _graph_outputs(trainer, stacked, group))
+        joined = cache.setdefault("joined", {})
+        chunks = list(enumerate(_row_chunks(clients, group_rows(trainer, clients[0]))))
+        if node:  # scored straight from the joined logits' rows
+            metrics = [m for n, chunk in chunks for m in _joined_node_metrics(
+                trainer, jobs[0].params, chunk, joined.setdefault(n, {}))]
+        else:
+            metrics = trainer.clients_split_metrics(
+                [o for n, chunk in chunks for o in _joined_graph_outputs(
+                    trainer, jobs[0].params, chunk, joined.setdefault(n, {}))], clients)
+    else:
+        if not node and plans.for_device(trainer.device).joined:
+            # where training joins (the CPU), each client's own plain pass: joined rows
+            # through grouped products spread every bias over them, which costs an evaluation
+            # more than the calls
+            outputs = [trainer.outputs(j.params, c) for j, c in zip(jobs, clients, strict=True)]
+        else:  # clients of similar size stacked together, as in training
+            def run(members: list[int], group_cache: dict | None) -> list[Outputs]:
+                stacked = _stack([jobs[k].params for k in members])
+                group = [clients[k] for k in members]
+                return (_node_outputs(trainer, stacked, group, group_cache) if node
+                        else _graph_outputs(trainer, stacked, group))
 
-        outputs = by_size_group(trainer, clients, [step_size(c, None) for c in clients],
-                                cache.setdefault("padded", {}), run)
-    metrics = trainer.clients_split_metrics(outputs, clients)
+            outputs = by_size_group(trainer, clients, [step_size(c, None) for c in clients],
+                                    cache.setdefault("padded", {}), run)
+        metrics = trainer.clients_split_metrics(outputs, clients)
     scored = [k for k, j in enumerate(jobs) if j.global_test is not None]
     if scored:
         on_global = _global_metrics(trainer, [jobs[k] for k in scored])
@@ -142,14 +149,49 @@ def _join_nodes(clients: list[PreparedNodeClient]) -> tuple[tuple, list[int]]:
     return inputs, joined.ptr[:-1].tolist()
 
 
-def _joined_node_outputs(trainer: Trainer, params: Params, clients: list[PreparedNodeClient],
-                         cache: dict) -> list[Outputs]:
-    inputs, starts = cached_for(cache, tuple(id(c) for c in clients),
-                                lambda: _join_nodes(clients))
-    logits = functional_call(trainer.model, params, inputs)
-    return [{s: (logits[c.index[s] + start], c.y[c.index[s]])
-             for s in trainer.own_splits if c.num_samples(s)}
-            for c, start in zip(clients, starts, strict=True)]
+@dataclass
+class _JoinedNodes:
+    """A chunk of clients' graphs joined (``_join_nodes``) and what their evaluation scores,
+    built once per set of clients: the joined logits' rows of each client's scored splits
+    (client by client, split by split), their labels, their sets of rows and majorities, so a
+    round scores them with one gather instead of three operations a client and split."""
+
+    inputs: tuple
+    splits: list[tuple[str, ...]]  # each client's scored splits, in order
+    rows: Tensor
+    target: Tensor
+    segments: Segments
+    majorities: list[int | None]
+
+    @classmethod
+    def of(cls, clients: list[PreparedNodeClient], splits: tuple[str, ...]) -> _JoinedNodes:
+        inputs, starts = _join_nodes(clients)
+        held = [tuple(s for s in splits if c.num_samples(s)) for c in clients]
+        scored = [(c, start, s) for c, start, own in zip(clients, starts, held, strict=True)
+                  for s in own]
+        device = clients[0].y.device
+        indices = [c.index[s] for c, _, s in scored]
+        return cls(
+            inputs, held,
+            torch.cat([i + start for i, (_, start, _) in zip(indices, scored, strict=True)])
+            if scored else torch.zeros(0, dtype=torch.long, device=device),
+            torch.cat([c.y[i] for i, (c, _, _) in zip(indices, scored, strict=True)])
+            if scored else torch.zeros(0, dtype=torch.long, device=device),
+            Segments.of([len(i) for i in indices], device),
+            [c.train_majority for c, _, _ in scored])
+
+
+def _joined_node_metrics(trainer: Trainer, params: Params, clients: list[PreparedNodeClient],
+                         cache: dict) -> list[dict[str, dict]]:
+    joined = cached_for(cache, (trainer.own_splits, *(id(c) for c in clients)),
+                        lambda: _JoinedNodes.of(clients, trainer.own_splits))
+    if not joined.majorities:  # nothing to score
+        return [{} for _ in clients]
+    logits = functional_call(trainer.model, params, joined.inputs)
+    scores = iter(joined_classification_metrics(
+        logits.index_select(0, joined.rows), joined.target, joined.segments,
+        joined.majorities, trainer.num_classes))
+    return [{s: next(scores) for s in own} for own in joined.splits]
 
 
 def _joined_graph_outputs(trainer: Trainer, params: Params, clients: list[PreparedGraphClient],

@@ -163,6 +163,12 @@ class _CollatedGraphs:
         self.batch = collated.batch.to(device)
 
     def all(self) -> GraphBatch:
+        """The whole split as one batch: the same object every call (nothing mutates a
+        batch), so an evaluation every round builds nothing."""
+        return self._all
+
+    @cached_property
+    def _all(self) -> GraphBatch:
         return GraphBatch(self.x, self.edge_index, self.edge_weight, self.batch, self.num_graphs,
                           self.y, torch.arange(self.num_graphs, device=self.batch.device))
 
