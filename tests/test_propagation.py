@@ -134,6 +134,22 @@ def test_the_matrices_kept_beside_edge_tensors_go_with_them_and_see_changes():
     assert torch.equal(weighted_sum(y, edge_index, None)[1], y[2])
 
 
+def test_a_batch_that_comes_back_pools_through_the_matrix_built_the_first_time():
+    from graphfed.models.propagation import mean_pool, sum_pool
+    from graphfed.models.tensor_cache import DERIVED
+
+    x, batch = torch.randn(5, 3), torch.tensor([0, 0, 1, 2, 2])
+    first = sum_pool(x, batch, 3)
+    (membership,) = (v[2] for v in DERIVED[batch].values())
+    (matrix,) = (v[2] for v in DERIVED[membership].values())
+    assert torch.equal(sum_pool(x, batch, 3), first)
+    assert next(v[2] for v in DERIVED[membership].values()) is matrix  # not built again
+    assert torch.allclose(first, torch.stack([x[:2].sum(0), x[2], x[3:].sum(0)]))
+    assert torch.allclose(mean_pool(x, batch, 3)[2], x[3:].mean(0))
+    batch[3] = 1  # changed in place: its edges are built again
+    assert torch.allclose(sum_pool(x, batch, 3)[1], x[2] + x[3])
+
+
 def test_the_batched_engines_block_diagonal_graph_is_built_once_per_layout():
     from graphfed.models.tensor_cache import DERIVED
 

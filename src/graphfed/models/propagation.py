@@ -134,8 +134,15 @@ def weighted_sum(y: Tensor, edge_index: Tensor, edge_weight: Tensor | None,
 
 
 def _membership(x: Tensor, batch: Tensor) -> Tensor:
-    """The node -> graph edges of ``batch`` (node i belongs to graph ``batch[i]``)."""
-    return torch.stack([torch.arange(x.size(0), device=x.device), batch])
+    """The node -> graph edges of ``batch`` (node i belongs to graph ``batch[i]``): kept beside
+    ``batch`` outside transforms, so a batch that comes back (a whole split scored every round,
+    full-batch training) finds its edges, and so their matrix, built (``derived``)."""
+    def build() -> Tensor:
+        return torch.stack([torch.arange(x.size(0), device=x.device), batch])
+
+    if torch._C._are_functorch_transforms_active():  # batch is vmap's wrapper of this call
+        return build()
+    return derived(batch, None, ("membership", x.size(0)), build)
 
 
 def sum_pool(x: Tensor, batch: Tensor, num_graphs: int) -> Tensor:
