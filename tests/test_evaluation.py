@@ -137,3 +137,19 @@ def test_the_training_split_pass_changes_no_other_number(tmp_path):
         return out
 
     assert lines("name=with", "eval_train_split=true") == lines("name=without")
+
+
+@require("Cora")
+@pytest.mark.parametrize("extra", [[], ["model.sparse_features=true"]], ids=["dense", "csr"])
+def test_a_client_scored_on_its_whole_graph_takes_one_pass_for_all_its_splits(extra):
+    fed = build_federation(load_config(None, ["dataset=Cora", "num_clients=3", "device=cpu",
+                                              "eval_train_split=true", *extra]), 0)
+    trainer, data = fed.trainer, fed.runtime.contexts[0].data
+    params = trainer.initial_params()
+    passes = []
+    hook = trainer.model.register_forward_hook(lambda *_: passes.append(1))
+    metrics = trainer.evaluate(params, data)
+    hook.remove()
+    assert len(passes) == 1 and list(metrics) == ["val", "test", "train"]
+    for split, m in metrics.items():
+        assert m == trainer.evaluate(params, data, (split,))[split]

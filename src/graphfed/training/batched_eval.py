@@ -67,8 +67,7 @@ def eval_refusal(trainer: Trainer, data: PreparedClient) -> str | None:
     """Why this client cannot be evaluated in a stacked pass (None: it can)."""
     if getattr(trainer.model, "opts", None) is None:
         return f"{type(trainer.model).__name__} is not one of graphfed's GNN backbones"
-    if (isinstance(data, PreparedNodeClient) and data.sampler is not None
-            and data.sampling.evaluate == "sampled"):
+    if data.evaluation_draws:
         return "it evaluates on sampled neighbourhoods"
     return None
 

@@ -101,6 +101,11 @@ class PreparedNodeClient(_TrainMajority):
     def num_samples(self, split: str) -> int:
         return len(self.index[split])
 
+    @property
+    def evaluation_draws(self) -> bool:
+        """Whether scoring this client draws random numbers (sampled neighbourhoods)."""
+        return self.sampler is not None and self.sampling.evaluate == "sampled"
+
     def labels(self, split: str) -> Tensor:
         return self.y[self.index[split]]
 
@@ -198,6 +203,8 @@ class PreparedGraphClient(_TrainMajority):
 
     def num_samples(self, split: str) -> int:
         return self.splits[split].num_graphs
+
+    evaluation_draws = False  # whole graphs are scored
 
     def labels(self, split: str) -> Tensor:
         graphs = self.splits[split]

@@ -149,13 +149,16 @@ class Trainer:
         samples, such as the global test set).
 
         ``splits`` defaults to a client's own evaluation: val and test, plus train with
-        ``eval_train_split``. The train pass (sampled evaluation draws neighbourhoods) runs on a
-        fork of the RNG, so what is evaluated after it draws exactly what it drew without."""
-        outputs = self.outputs(params, data, ("val", "test") if splits is None else splits)
-        if splits is None and self.eval_train_split:
+        ``eval_train_split``. Where evaluation draws (sampled neighbourhoods) the train pass runs
+        on a fork of the RNG, so what is evaluated after it draws exactly what it drew without;
+        elsewhere one pass scores every split."""
+        if splits is None and self.eval_train_split and data.evaluation_draws:
+            outputs = self.outputs(params, data, ("val", "test"))
             cuda = [self.device] if self.device.type == "cuda" else []
             with torch.random.fork_rng(devices=cuda):
                 outputs.update(self.outputs(params, data, ("train",)))
+        else:
+            outputs = self.outputs(params, data, splits)
         return self.split_metrics(outputs, data)
 
     @torch.no_grad()

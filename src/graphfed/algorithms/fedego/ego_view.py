@@ -50,6 +50,10 @@ class EgoView:
     def train_majority(self) -> int | None:
         return self.data.train_majority
 
+    @property
+    def evaluation_draws(self) -> bool:
+        return self.options.eval_sampling != "full"
+
     def trees(self, centres: Tensor, targets: Tensor) -> TreeBatch:
         distinct, positions = self.sample(centres).unique(return_inverse=True)
         return TreeBatch(self.data.x[distinct], targets, positions, distinct)
