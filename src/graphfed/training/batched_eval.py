@@ -103,7 +103,7 @@ def evaluate_together(trainer: Trainer, jobs: list[EvalJob], cache: dict | None 
                 stacked = _stack([jobs[k].params for k in members])
                 group = [clients[k] for k in members]
                 return (_node_outputs(trainer, stacked, group, group_cache) if node
-                        else _graph_outputs(trainer, stacked, group))
+                        else _graph_outputs(trainer, stacked, group, group_cache))
 
             outputs = by_size_group(trainer, clients, [step_size(c, None) for c in clients],
                                     cache.setdefault("padded", {}), run)
@@ -218,16 +218,19 @@ def _node_outputs(trainer: Trainer, stacked: Params, clients: list[PreparedNodeC
              for s in trainer.own_splits if c.num_samples(s)} for k, c in enumerate(clients)]
 
 
-def _graph_outputs(trainer: Trainer, stacked: Params, clients: list[PreparedGraphClient]
-                   ) -> list[Outputs]:
-    """Each client's own parameters on its own graphs, padded, split by split."""
+def _graph_outputs(trainer: Trainer, stacked: Params, clients: list[PreparedGraphClient],
+                   cache: dict | None) -> list[Outputs]:
+    """Each client's own parameters on its own graphs, padded, split by split; each split's
+    padding kept in ``cache`` for this set of clients (whole splits come back every round)."""
     outputs: list[Outputs] = [{} for _ in clients]
     features = clients[0].splits["train"].x.size(1)
     for split in trainer.own_splits:
         batches = [c.splits[split].all() if c.num_samples(split) else None for c in clients]
         if all(b is None for b in batches):
             continue
-        inputs, _, _ = graph_inputs(batches, trainer.device, features)
+        inputs, _, _ = cached_for(None if cache is None else cache.setdefault(split, {}),
+                                  tuple(id(c) for c in clients),
+                                  lambda b=batches: graph_inputs(b, trainer.device, features))
         logits = stacked_forward(trainer.model, stacked, None, 0, inputs)
         for k, b in enumerate(batches):
             if b is not None:
