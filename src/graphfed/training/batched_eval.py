@@ -166,18 +166,14 @@ class _JoinedNodes:
     def of(cls, clients: list[PreparedNodeClient], splits: tuple[str, ...]) -> _JoinedNodes:
         inputs, starts = _join_nodes(clients)
         held = [tuple(s for s in splits if c.num_samples(s)) for c in clients]
-        scored = [(c, start, s) for c, start, own in zip(clients, starts, held, strict=True)
-                  for s in own]
-        device = clients[0].y.device
-        indices = [c.index[s] for c, _, s in scored]
-        return cls(
-            inputs, held,
-            torch.cat([i + start for i, (_, start, _) in zip(indices, scored, strict=True)])
-            if scored else torch.zeros(0, dtype=torch.long, device=device),
-            torch.cat([c.y[i] for i, (c, _, _) in zip(indices, scored, strict=True)])
-            if scored else torch.zeros(0, dtype=torch.long, device=device),
-            Segments.of([len(i) for i in indices], device),
-            [c.train_majority for c, _, _ in scored])
+        scored = [(c.index[s], start, c) for c, start, own in zip(clients, starts, held,
+                                                                   strict=True) for s in own]
+        empty = clients[0].y.new_zeros(0)  # so that a chunk with nothing to score joins too
+        return cls(inputs, held,
+                   torch.cat([empty, *(index + start for index, start, _ in scored)]),
+                   torch.cat([empty, *(c.y[index] for index, _, c in scored)]),
+                   Segments.of([len(index) for index, _, _ in scored], empty.device),
+                   [c.train_majority for _, _, c in scored])
 
 
 def _joined_node_metrics(trainer: Trainer, params: Params, clients: list[PreparedNodeClient],
