@@ -36,7 +36,7 @@ from graphfed.config import load_config
 from graphfed.experiment import build_federation
 from graphfed.training import prepare_client
 
-PHASES = ("forward", "backward", "optimizer", "masks", "engine", "boundary")
+PHASES = ("forward", "backward", "optimizer", "masks", "engine", "summary", "boundary")
 
 
 _COUNTING: list[OperationCount] = []  # the active counts, innermost last
@@ -72,11 +72,14 @@ class OperationCount(TorchDispatchMode):
 
 
 def phase_of(stack: traceback.StackSummary) -> str:
-    """The part of a round (or epoch) whose code dispatched an operation, by its call stack:
-    dropout masks, the optimizer, a backward pass, local training's forward pass, loss and
-    batches, the batched engine's set-up and statistics around them, and else the boundary
-    and server (messages, checks, aggregation)."""
+    """The part of a round (or epoch, or evaluation) whose code dispatched an operation, by its
+    call stack: dropout masks, the optimizer, a backward pass, local training's forward pass,
+    loss and batches, the batched engine's set-up and statistics around them, an evaluation's
+    summary across clients, and else the boundary and server (messages, checks, metrics,
+    aggregation)."""
     files, names = [f.filename for f in stack], [f.name for f in stack]
+    if "summarise" in names:  # an evaluation's statistics across clients, on the host
+        return "summary"
     if any(f.endswith("models/dropout.py") for f in files):
         return "masks"
     if any(f.endswith(("stacked_optim.py", "optim/adam.py", "optim/sgd.py", "optimizer.py"))
@@ -153,7 +156,8 @@ def bench(name: str, overrides: list[str], engine: str, plan: str, extra: list[s
         epoch()
         fed.evaluate(rnd)
     rnd, ep = counted(lambda: fed.fit_round(3), phases), counted(epoch, phases)
-    eval_ops = counted(lambda: fed.evaluate(3)).total
+    evaluation = counted(lambda: fed.evaluate(3), phases)
+    eval_ops = evaluation.total
     line = (f"RESULT case={name} engine={engine} plan={plan} round_ops={rnd.total} "
             f"epoch_ops={ep.total} ratio={rnd.total / ep.total:.2f} eval_ops={eval_ops}")
     if rnd.recorded:
@@ -165,6 +169,7 @@ def bench(name: str, overrides: list[str], engine: str, plan: str, extra: list[s
     if phases:
         line += "".join(f"\nPHASES case={name} {side} " + " ".join(
             f"{p}={count.phases[p]}" for p in PHASES) for side, count in (("round", rnd),
+                                                                          ("eval", evaluation),
                                                                           ("epoch", ep)))
     return line
 
@@ -182,7 +187,8 @@ def main() -> None:
     parser.add_argument("--list-recorded", action="store_true",
                         help="with --cuda-graphs, list the kinds of operation a recording holds")
     parser.add_argument("--phases", action="store_true",
-                        help="also count by the part of the round that dispatched them (slow)")
+                        help="also count by the part of the round, evaluation and epoch "
+                        "that dispatched them (slow)")
     args = parser.parse_args()
     if args.plan == "accelerator":  # imported here: code before the plans counts too
         from graphfed.training import plans

@@ -197,14 +197,14 @@ def collate_graphs(graphs: list[Data], model: nn.Module, device: torch.device) -
 
 
 class PreparedGraphClient(_TrainMajority):
+    evaluation_draws = False  # whole graphs are scored: no draw
+
     def __init__(self, client: GraphClient, model: nn.Module, device: torch.device):
         self.splits = {s: _CollatedGraphs(client.graphs[s], model, device) for s in SPLITS}
         self.graphs = client.graphs  # the raw graphs, for structure statistics (e.g. motifs)
 
     def num_samples(self, split: str) -> int:
         return self.splits[split].num_graphs
-
-    evaluation_draws = False  # whole graphs are scored
 
     def labels(self, split: str) -> Tensor:
         graphs = self.splits[split]
