@@ -29,7 +29,7 @@ import collections
 import traceback
 
 import torch
-from round_time import CASES, union_client
+from round_time import CASES, case_names, union_client
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from graphfed.config import load_config
@@ -179,7 +179,8 @@ def main() -> None:
     parser.add_argument("--engine", choices=("sequential", "batched"), default="batched")
     parser.add_argument("--plan", choices=("cpu", "accelerator"), default="cpu",
                         help="the batched engine's layout: this CPU's, or a GPU's")
-    parser.add_argument("--cases", default=",".join(CASES), help="comma-separated case names")
+    parser.add_argument("--cases", type=case_names(CASES), default=list(CASES),
+                        help="comma-separated case names")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a config override added to every case (repeatable)")
     parser.add_argument("--cuda-graphs", action="store_true",
@@ -198,7 +199,7 @@ def main() -> None:
         count_replays()
         args.set.append("cuda_graphs=true")
     print(f"torch {torch.__version__}, plan {args.plan}, cuda graphs {args.cuda_graphs}")
-    for name in args.cases.split(","):
+    for name in args.cases:
         print(bench(name, CASES[name], args.engine, args.plan, args.set, args.phases,
                     args.list_recorded), flush=True)
 

@@ -16,6 +16,8 @@ import argparse
 import statistics
 import time
 
+from round_time import case_names
+
 from graphfed.config import load_config
 from graphfed.experiment import build_federation
 
@@ -48,12 +50,12 @@ def timed_rounds(overrides: list[str], rounds: int) -> tuple[float, float, float
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--cases", type=case_names(CASES), default=list(CASES))
     args = parser.parse_args()
     print("| case | dense round (s) | sparse round (s) | speed-up | dense eval (s) | "
           "sparse eval (s) | accuracy dense / sparse |")
     print("|---|---|---|---|---|---|---|")
-    for name in args.cases.split(","):
+    for name in args.cases:
         dense = timed_rounds([*CASES[name], "model.sparse_features=false"], args.rounds)
         sparse = timed_rounds([*CASES[name], "model.sparse_features=true"], args.rounds)
         print(f"| {name} | {dense[0]:.2f} | {sparse[0]:.2f} | {dense[0] / sparse[0]:.1f}x | "
