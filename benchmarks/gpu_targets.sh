@@ -20,8 +20,12 @@ cases=${CASES:-fedavg-gcn-cora-louvain10,fedavg-gin-proteins10,local-gin-protein
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 GRAPHFED_DATA=${GRAPHFED_DATA:-$PWD/.gpu-stage/data}
 if [ -d .gpu-stage/wheels ]; then  # the packages the device image lacks, staged as wheels
+  staged=(.gpu-stage/wheels/*.whl)
+  if ! "$python" -c "import hypothesis" 2>/dev/null; then  # the tests', where the image lacks it
+    staged+=(.gpu-stage/if-missing/*.whl)
+  fi
   "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/gpu-site .gpu-stage/wheels/*.whl || exit 1
+    --target /tmp/gpu-site "${staged[@]}" || exit 1
   export PYTHONPATH=/tmp/gpu-site:$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 else
   export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
