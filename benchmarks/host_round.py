@@ -25,12 +25,10 @@ import collections
 import statistics
 import time
 
-import torch
-from round_time import CASES, union_client
+from round_time import CASES, central_epoch
 
 from graphfed.config import load_config
 from graphfed.experiment import build_federation
-from graphfed.training import prepare_client
 
 CASE = "fedavg-gcn-csbm1k-10-host"
 
@@ -77,13 +75,11 @@ def main() -> None:
         setattr(runtime, name, timing(spent, name, getattr(runtime, name)))
     for rnd in (1, 2, 3):  # warm-up: caches built once per run are not a round's work
         fed.fit_round(rnd)
-    central = prepare_client(union_client(fed.data.clients), fed.trainer.model,
-                             torch.device("cpu"))
-    params = fed.trainer.initial_params()
+    epoch = central_epoch(fed)
     epochs = [0.0] * args.rounds
     for i in range(args.rounds):
         start = time.perf_counter()
-        fed.trainer.train(params, central, 1, config.batch_size)
+        epoch()
         epochs[i] = time.perf_counter() - start
     spent.clear()
     rounds = []

@@ -21,13 +21,13 @@ import time
 
 import torch
 import torch.nn.functional as F
-from round_time import CASES, union_client
+from round_time import CASES, central_epoch
 from torch.func import functional_call
 
 from graphfed.allocator import keep_freed_memory
 from graphfed.config import load_config
 from graphfed.experiment import build_federation
-from graphfed.training import batched, prepare_client
+from graphfed.training import batched
 from graphfed.training.joined import join_graph_batches
 
 
@@ -85,7 +85,7 @@ def main() -> None:
     print(f"RESULT part=ten_clients rows={sum(len(g.x) for g in first)} one_pass_ms={whole:.2f} "
           f"passes_ms={passes:.2f} budget={batched.PASS_ROWS}")
 
-    central = prepare_client(union_client(fed.data.clients), model, torch.device("cpu"))
+    central = central_epoch(fed)
     rounds = iter(range(1, 1_000_000))
     budgets = [int(b) for b in args.budgets.split(",")]
     times: dict[int, list[float]] = {b: [] for b in budgets}
@@ -99,7 +99,7 @@ def main() -> None:
             fed.fit_round(next(rounds))
             times[budget].append(time.perf_counter() - begin)
             begin = time.perf_counter()
-            fed.trainer.train(start, central, 1, config.batch_size)
+            central()
             epochs.append(time.perf_counter() - begin)
     epoch = statistics.median(epochs)
     for budget in budgets:

@@ -29,12 +29,11 @@ import collections
 import traceback
 
 import torch
-from round_time import CASES, case_names, union_client
+from round_time import CASES, case_names, central_epoch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from graphfed.config import load_config
 from graphfed.experiment import build_federation
-from graphfed.training import prepare_client
 
 PHASES = ("forward", "backward", "optimizer", "masks", "engine", "summary", "boundary")
 
@@ -144,13 +143,7 @@ def bench(name: str, overrides: list[str], engine: str, plan: str, extra: list[s
     config = load_config(None, [*overrides, *extra, "checkpoint_every=0", "device=cpu",
                                 f"engine={engine}"])
     fed = build_federation(config, seed=0)
-    central = prepare_client(union_client(fed.data.clients), fed.trainer.model,
-                             torch.device("cpu"))
-    params = fed.trainer.initial_params()
-
-    def epoch():
-        fed.trainer.train(params, central, 1, config.batch_size)
-
+    epoch = central_epoch(fed)
     for rnd in (1, 2):  # warm-up: caches built once per run are not a round's work
         fed.fit_round(rnd)
         epoch()

@@ -26,7 +26,7 @@ from torch_geometric.data import Batch
 from graphfed.allocator import keep_freed_memory
 from graphfed.config import load_config
 from graphfed.data.federated import SPLITS, GraphClient, NodeClient
-from graphfed.experiment import build_federation
+from graphfed.experiment import Federation, build_federation
 from graphfed.training import prepare_client
 
 CASES = {
@@ -90,6 +90,17 @@ def union_client(clients: list) -> NodeClient | GraphClient:
                        {s: torch.cat([c.global_ids[s] for c in clients]) for s in SPLITS})
 
 
+def central_epoch(fed: Federation) -> Callable[[], object]:
+    """One epoch of the federation's model over the union of its clients' training data, on
+    its device, from its initial parameters: the practical lower bound a round is timed
+    against."""
+    config = fed.config
+    central = prepare_client(union_client(fed.data.clients), fed.trainer.model,
+                             torch.device(config.device))
+    params = fed.trainer.initial_params()
+    return lambda: fed.trainer.train(params, central, 1, config.batch_size)
+
+
 def timed(fn, repeats: int, device: str) -> float:
     """Median wall time of ``fn``; on a GPU, after its queued kernels have finished."""
     return statistics.median(_times([fn], repeats, device)[0])
@@ -115,19 +126,13 @@ def bench(name: str, overrides: list[str], repeats: int, device: str, engine: st
     config = load_config(None, [*overrides, *extra, "checkpoint_every=0", f"device={device}",
                                 f"engine={engine}"])
     fed = build_federation(config, seed=0)
-    central = prepare_client(union_client(fed.data.clients), fed.trainer.model,
-                             torch.device(device))
-    params = fed.trainer.initial_params()
-
-    def central_epoch():
-        fed.trainer.train(params, central, 1, config.batch_size)
-
+    epoch = central_epoch(fed)
     rounds = iter(range(1, 10_000))
     for _ in range(2):  # warm-up
         fed.fit_round(next(rounds))
-        central_epoch()
+        epoch()
     round_s, central_s = (statistics.median(t) for t in _times(
-        [lambda: fed.fit_round(next(rounds)), central_epoch], repeats, device))
+        [lambda: fed.fit_round(next(rounds)), epoch], repeats, device))
     eval_s = timed(lambda: fed.evaluate(0), repeats, device)
     return (f"RESULT case={name} engine={engine} round_s={round_s:.5f} central_s={central_s:.5f} "
             f"ratio={round_s / central_s:.3f} eval_s={eval_s:.5f}")
