@@ -8,8 +8,10 @@ nothing, so its time is the host's, as on a GPU with small clients):
 prints ``RESULT part=round ms=... epoch_ms=... ratio=...`` (the median round, the median
 centralized epoch over the same data and their ratio) and one ``RESULT part=... ms=...`` line
 a timed part (its mean time a round; parts nest: ``stacked_forward`` holds ``weighted_sum`` and
-``dropout``, ``deliver_fit`` holds ``train_together``). To time older code, copy this file and
-``round_time.py`` into its checkout's ``benchmarks/`` and run it there with ``PYTHONPATH=src``.
+``dropout``, ``deliver_fit`` holds ``train_together``; ``preserved_rngs`` is the time spent
+keeping the random streams' states and giving them back, not the blocks it wraps). To time
+older code, copy this file and ``round_time.py`` into its checkout's ``benchmarks/`` and run it
+there with ``PYTHONPATH=src``.
 
 ``--free-replays`` (with ``cuda_graphs``) times what the host does in a recorded round: the
 recording is made as on a GPU (the CPU's checked emulation, ``training.replay``), then every
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import statistics
 import time
 
@@ -45,6 +48,21 @@ def timing(spent: dict[str, list[float]], name: str, fn):
     return timed
 
 
+def timing_context(spent: dict[str, list[float]], name: str, factory):
+    """``factory``'s context manager, the time of its entry and exit (not of its block) added to
+    ``spent[name]`` every use."""
+    @contextlib.contextmanager
+    def timed(*args, **kwargs):
+        start = time.perf_counter()
+        with factory(*args, **kwargs):
+            own = time.perf_counter() - start
+            yield
+            start = time.perf_counter()
+        spent[name].append(own + time.perf_counter() - start)
+
+    return timed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=300)
@@ -53,6 +71,7 @@ def main() -> None:
     parser.add_argument("--free-replays", action="store_true",
                         help="record training (cuda_graphs) and count each replay as free")
     args = parser.parse_args()
+    from graphfed import seeding
     from graphfed.models import gnn
     from graphfed.runtime import base, simulation
     from graphfed.training import batched, plans, replay
@@ -67,6 +86,8 @@ def main() -> None:
                          (gnn, "weighted_sum"), (gnn, "dropout"), (base, "finite_messages"),
                          (base, "check_message")):
         setattr(module, name, timing(spent, name, getattr(module, name)))
+    for module in (simulation, seeding):  # the callers' streams kept and given back
+        module.preserved_rngs = timing_context(spent, "preserved_rngs", seeding.preserved_rngs)
     config = load_config(None, [*CASES[CASE], "checkpoint_every=0", "device=cpu",
                                 "engine=batched", f"cuda_graphs={args.free_replays}"])
     fed = build_federation(config, seed=0)
