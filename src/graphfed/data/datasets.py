@@ -4,7 +4,8 @@ The data root is ``$GRAPHFED_DATA`` and is treated as read-only: PyG writes ``pr
 ``raw/``, so each dataset is processed under the cache directory (``$GRAPHFED_CACHE``, default
 ``~/.cache/graphfed``) with its ``raw/`` folder linked to the read-only copy, in a folder of its
 own for each place and state of those raw files (``graphfed.data.staged``). Without
-``GRAPHFED_DATA`` the datasets are downloaded into the cache the way PyG normally does.
+``GRAPHFED_DATA`` the datasets are downloaded into the cache the way PyG normally does. Either
+way, raw files that PyG's reader unpickles are checked first (``_check_pickles``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from filelock import FileLock
 
-from graphfed.data.staged import CHECKSUMS, StagedRaw, is_built, mark_built
+from graphfed.data.staged import CHECKSUMS, StagedRaw, is_built, is_public, mark_built
 from graphfed.errors import GraphfedError
 
 if TYPE_CHECKING:
@@ -43,12 +44,15 @@ class DatasetSpec:
     pyg_name: str | None = None
     degree_features: bool = False
     max_degree: int | None = None  # one-hot degree cap; None: the dataset's own max degree
+    pickled: tuple[str, ...] = ()  # the raw files PyG's reader unpickles
 
 
 def _planetoid(name: str) -> DatasetSpec:
     parts = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
     files = tuple(f"ind.{name.lower()}.{p}" for p in parts)
-    return DatasetSpec(name, "node", "Planetoid", "Planetoid", f"{name}/raw", files, name)
+    # PyG reads test.index as text and unpickles the rest
+    return DatasetSpec(name, "node", "Planetoid", "Planetoid", f"{name}/raw", files, name,
+                       pickled=files[:-1])
 
 
 def _npz(name: str, cls: str, root: str, sub: str, pyg_name: str, file: str) -> DatasetSpec:
@@ -245,10 +249,37 @@ def _load_plain(work: Path, load: Callable[[], Any]) -> Any:
         return load()
 
 
+def _check_pickles(spec: DatasetSpec, raw: Path) -> None:
+    """Let PyG unpickle only raw files that are the public ones or that the restricted unpickler
+    read without refusing anything: unpickling a crafted file runs its code, whatever the data
+    root and whether or not a SHA256SUMS there lists it."""
+    from graphfed.data.safe_pickle import check_pickle
+
+    folder = raw.resolve()  # through the cache's link: the data root's folder, named in errors
+    for name in spec.pickled:
+        path = folder / name  # by its own name: the table knows the file by it
+        if not is_public(path):
+            check_pickle(path, spec.name)
+
+
+def _guarded(cls: Any, spec: DatasetSpec) -> Any:
+    """PyG's dataset class with ``_check_pickles`` run at the start of its ``process``, the one
+    step that reads raw files, whether they were staged under the data root or just
+    downloaded into the cache."""
+    if not spec.pickled or not isinstance(cls, type):  # a stand-in that is no class reads nothing
+        return cls
+
+    def process(self: Any) -> None:
+        _check_pickles(spec, Path(self.raw_dir))
+        cls.process(self)
+
+    return type(cls.__name__, (cls,), {"process": process})
+
+
 def _load_pyg(spec: DatasetSpec):
     import torch_geometric.datasets as pyg_datasets
 
-    cls = getattr(pyg_datasets, spec.pyg_class)
+    cls = _guarded(getattr(pyg_datasets, spec.pyg_class), spec)
     work, staged = cache_dir(), None
     try:
         work, staged = _pyg_root(spec)

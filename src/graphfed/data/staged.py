@@ -8,7 +8,8 @@ of them (name, size and modification time of each): a changed root or a changed 
 of its own. Before a build the files are checked against the data root's ``SHA256SUMS`` (the
 format of ``sha256sum``) where it has one, as the staged datasets do, so a damaged file is named
 instead of failing deep inside PyG; a key once verified and built is marked, and later loads cost
-one ``stat`` per file.
+one ``stat`` per file. Whatever the root, ``is_public`` tells a raw pickle that is the public file
+(``raw_checksums``) from one to read with the restricted unpickler first.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from graphfed.data.raw_checksums import PUBLIC_SHA256
 from graphfed.errors import GraphfedError
 
 CHECKSUMS = "SHA256SUMS"
@@ -84,6 +86,12 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def is_public(path: Path) -> bool:
+    """Whether ``path`` is byte for byte the public raw file of its name (``raw_checksums``)."""
+    expected = PUBLIC_SHA256.get(path.name)
+    return expected is not None and _sha256(path) == expected
 
 
 def mark_built(folder: Path, staged: StagedRaw, checked: int) -> None:
