@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch import Tensor
 from torch.func import vmap
 from torch_geometric.nn import GCNConv
 
 from graphfed.data import load_dataset
+from graphfed.models import dropout as dropout_module
 from graphfed.models.dropout import Positions, dropout, keyed, keyed_keep
 from graphfed.models.gnn import GCNLayer, gcn_normalised
 from graphfed.models.propagation import weighted_sum
@@ -160,3 +162,22 @@ def test_the_batched_engines_block_diagonal_graph_is_built_once_per_layout():
     (block,) = DERIVED[edges].values()
     flat_edges = block[2][0]
     assert sorted(k[-1] for k in DERIVED[flat_edges]) == [False, True]  # forward, transpose
+
+
+@pytest.mark.parametrize("p", [0.0, 0.3, 0.5, 0.9])
+def test_the_masked_halves_give_the_masks_the_int16_view_gives(p, monkeypatch):
+    """A torch whose vmap cannot view int32 as int16 (2.11's) masks and shifts each half out
+    instead: the keep bits are the same, per client under vmap and outside it."""
+    keys = torch.tensor([7, -3, 2**31 - 1], dtype=torch.int32)
+    shape = torch.Size([5, 6])
+
+    def masks() -> tuple[Tensor, Tensor]:
+        batched = vmap(lambda k: keyed_keep(k, 11, shape, p))(keys)
+        return batched, torch.stack([keyed_keep(k, 11, shape, p, chunk=8) for k in keys])
+
+    by_view = masks()
+    monkeypatch.setattr(dropout_module, "vmap_views_dtypes", lambda: False)
+    by_halves = masks()
+    assert 0 < int(by_view[0].sum()) < by_view[0].numel() or p == 0.0
+    for view, halves in zip(by_view, by_halves, strict=True):
+        assert torch.equal(view, halves)

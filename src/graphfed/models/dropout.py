@@ -157,6 +157,18 @@ def keyed_keep_rows(keys: Tensor, salt: int, rows: Rows, shape: torch.Size, p: f
     return _pair_bits(h, _threshold(p)).view(shape)
 
 
+@functools.cache
+def vmap_views_dtypes() -> bool:
+    """Whether this PyTorch's vmap can read an int32 tensor's bytes as int16 (``view(dtype)``):
+    2.13's can; 2.11's cannot ("Batching rule not implemented for aten::view.dtype"), which
+    failed every batched step with dropout on a GPU machine's torch."""
+    try:
+        torch.func.vmap(lambda t: t.view(torch.int16))(torch.zeros(1, 1, dtype=torch.int32))
+    except RuntimeError:
+        return False
+    return True
+
+
 def _pair_bits(h: Tensor, threshold: int) -> Tensor:
     """Each 32-bit hash of ``h`` (``[..., n]``, consumed) as the keep bits of its two
     elements (``[..., 2n]``): its low 16 bits against ``threshold`` for the first, its high 16
@@ -165,6 +177,9 @@ def _pair_bits(h: Tensor, threshold: int) -> Tensor:
     two passes where masking and shifting each half take five and a stack."""
     if threshold >= 1 << 16:
         return torch.zeros(*h.shape[:-1], 2 * h.size(-1), dtype=torch.bool, device=h.device)
+    if not vmap_views_dtypes():  # the same bits, each half masked and shifted out instead
+        return torch.stack(((h & 0xFFFF) >= threshold, ((h >> 16) & 0xFFFF) >= threshold),
+                           -1).flatten(-2)
     h ^= _int32(0x80008000)
     halves = h.view(torch.int16)
     if sys.byteorder == "big":

@@ -23,6 +23,7 @@ from graphfed.algorithms.fairgfl.options import (
 )
 from graphfed.mechanisms import privacy
 from graphfed.protocol import ClientContext, Message, check_message
+from graphfed.tensors import move_tensors
 
 ENCODER_STATE = "fairgfl_encoder"  # the encoder the server sent, kept in the client's state
 CACHE_STATE = "fairgfl_responses"  # the permanent randomised responses
@@ -62,7 +63,10 @@ class FairGFLClient(FedAvgClient):
         graph = ctx.data.graph
         nodes = torch.randperm(graph.num_nodes)[:min(o.batch_nodes, graph.num_nodes)]
         generator = torch.Generator().manual_seed(int(torch.randint(2**62, ())))
-        cache = ctx.state.get(CACHE_STATE) or privacy.empty_rr_cache(o.code_dim)
+        # the cache lives on the CPU beside the drawn node ids; a resumed run's client state
+        # arrives on the trainer's device
+        cache = move_tensors(ctx.state.get(CACHE_STATE) or privacy.empty_rr_cache(o.code_dim),
+                             "cpu")
 
         def privatise(codes: Tensor) -> Tensor:
             return privacy.privatise_features(codes, o.eps_v, generator, o.feature_mechanism,
