@@ -1,5 +1,7 @@
 # Two commands for a fresh machine: `make demo` (set up + a real federated run) and `make test`.
 # `make docs` builds the documentation site (docs/ -> site/) and fails on any warning.
+# `make status` regenerates the reproduction status (README, docs/results/status.md and each
+# paper's list of tables and figures) from the committed result tables.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # torch is installed pinned first so that the project's torch range resolves to it (a CPU wheel);
@@ -7,7 +9,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 export GRAPHFED_DATA ?= $(abspath ../shared/datasets)
 
-.PHONY: setup demo test lint bench docs
+.PHONY: setup demo test lint bench docs status
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -34,7 +36,14 @@ lint: setup
 bench: setup
 	$(VENV)/bin/python benchmarks/round_time.py
 
+# the generated status parts of README.md, docs/results/status.md and docs/results/<paper>.md,
+# rewritten from the committed docs/results/*/table.csv (python -m graphfed.reproduce.status)
+status: setup
+	$(PY) -m graphfed.reproduce.status
+
+# first the status check (a page that differs from the committed tables fails the build), then
 # --strict: a broken link or anchor, a page missing from the nav or an API entry that no longer
 # matches the code fails the build. NO_MKDOCS_2_WARNING silences Material's MkDocs-2.0 banner.
 docs: setup
+	$(PY) -m graphfed.reproduce.status --check
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
