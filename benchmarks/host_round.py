@@ -74,7 +74,7 @@ def main() -> None:
     from graphfed import seeding
     from graphfed.models import gnn
     from graphfed.runtime import base, simulation
-    from graphfed.training import batched, plans, replay
+    from graphfed.training import plans, replay, stacked_losses
 
     if args.plan == "accelerator":
         plans.for_device = lambda device: plans.ACCELERATOR_PLAN
@@ -82,7 +82,7 @@ def main() -> None:
         replay.CHECK_ON_CPU = True
         replay.Replay._replay = lambda self: self._outputs
     spent: dict[str, list[float]] = collections.defaultdict(list)
-    for module, name in ((simulation, "train_together"), (batched, "stacked_forward"),
+    for module, name in ((simulation, "train_together"), (stacked_losses, "stacked_forward"),
                          (gnn, "weighted_sum"), (gnn, "dropout"), (base, "finite_messages"),
                          (base, "check_message")):
         setattr(module, name, timing(spent, name, getattr(module, name)))

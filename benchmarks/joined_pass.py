@@ -1,5 +1,5 @@
 """The joined layout's passes (graph level, CPU): what a pass costs against a plain one over
-the same rows, and what the pass budget (``batched.PASS_ROWS``) does to a round.
+the same rows, and what the pass budget (``stacked_losses.PASS_ROWS``) does to a round.
 
     GRAPHFED_DATA=../shared/datasets OMP_NUM_THREADS=1 python benchmarks/joined_pass.py \
         [--repeats N] [--budgets 1024,2048,4096,8192,1000000]
@@ -27,7 +27,7 @@ from torch.func import functional_call
 from graphfed.allocator import keep_freed_memory
 from graphfed.config import load_config
 from graphfed.experiment import build_federation
-from graphfed.training import batched
+from graphfed.training import stacked_losses
 from graphfed.training.joined import join_graph_batches
 
 
@@ -62,8 +62,8 @@ def main() -> None:
     model.train()
 
     def joined(a: int, b: int) -> None:
-        loss, _ = batched._graph_losses(model, {n: v[a:b] for n, v in live.items()}, keys[a:b],
-                                        0, first[a:b], joined=True)
+        loss, _ = stacked_losses.graph_losses(model, {n: v[a:b] for n, v in live.items()},
+                                              keys[a:b], 0, first[a:b], joined=True)
         loss.sum().backward()
 
     def plain(a: int, b: int) -> None:
@@ -73,7 +73,7 @@ def main() -> None:
 
     def in_passes() -> None:
         rows = [len(g.x) for g in first]
-        for a, b in batched.client_passes(rows, batched.PASS_ROWS):
+        for a, b in stacked_losses.client_passes(rows, stacked_losses.PASS_ROWS):
             joined(a, b)
 
     rows = sum(len(g.x) for g in first[1:5])
@@ -83,7 +83,7 @@ def main() -> None:
     whole = median_ms(lambda: joined(0, len(first)), args.repeats)
     passes = median_ms(in_passes, args.repeats)
     print(f"RESULT part=ten_clients rows={sum(len(g.x) for g in first)} one_pass_ms={whole:.2f} "
-          f"passes_ms={passes:.2f} budget={batched.PASS_ROWS}")
+          f"passes_ms={passes:.2f} budget={stacked_losses.PASS_ROWS}")
 
     central = central_epoch(fed)
     rounds = iter(range(1, 1_000_000))
@@ -94,7 +94,7 @@ def main() -> None:
         fed.fit_round(next(rounds))
     for _ in range(args.repeats):
         for budget in budgets:
-            batched.PASS_ROWS = budget
+            stacked_losses.PASS_ROWS = budget
             begin = time.perf_counter()
             fed.fit_round(next(rounds))
             times[budget].append(time.perf_counter() - begin)

@@ -20,14 +20,8 @@ from graphfed.runtime import simulation
 from graphfed.seeding import call_seed
 from graphfed.tensors import move_tensors
 from graphfed.training import batched, plans
-from graphfed.training.batched import (
-    ClientJob,
-    batch_refusal,
-    row_macs,
-    size_groups,
-    step_size,
-    train_together,
-)
+from graphfed.training.batched import ClientJob, batch_refusal, train_together
+from graphfed.training.grouping import row_macs, size_groups, step_size
 from graphfed.training.stacked_optim import StackedOptimizer
 from graphfed.training.step import LocalStep
 from graphfed.training.trainer import Trainer

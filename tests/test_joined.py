@@ -17,10 +17,11 @@ from graphfed.experiment import build_federation
 from graphfed.models.dropout import keyed_keep, keyed_keep_rows
 from graphfed.models.rows import Rows
 from graphfed.seeding import call_seed
-from graphfed.training import batched
 from graphfed.training import joined as joined_module
-from graphfed.training.batched import ClientJob, client_passes, train_together
+from graphfed.training import stacked_losses
+from graphfed.training.batched import ClientJob, train_together
 from graphfed.training.joined import grouped_linear, joins, stacked_params
+from graphfed.training.stacked_losses import client_passes
 from graphfed.training.step import LocalStep
 from tests.conftest import require
 
@@ -76,14 +77,14 @@ def test_passes_of_a_few_rows_add_up_to_one_pass(monkeypatch):
     jobs = [ClientJob(LocalStep(j.step.params, proximal_mu=0.1, anchor=j.step.params),
                       j.data, j.seed) for j in jobs]
     passes = []
-    original = batched.client_passes
-    monkeypatch.setattr(batched, "client_passes",
+    original = stacked_losses.client_passes
+    monkeypatch.setattr(stacked_losses, "client_passes",
                         lambda rows, budget: passes.append(original(rows, budget)) or passes[-1])
-    monkeypatch.setattr(batched, "PASS_ROWS", 10**9)
+    monkeypatch.setattr(stacked_losses, "PASS_ROWS", 10**9)
     one = train_together(trainer, jobs, 1, 16, joined=True)
     assert all(len(p) == 1 for p in passes)
     passes.clear()
-    monkeypatch.setattr(batched, "PASS_ROWS", 1)  # a client a pass
+    monkeypatch.setattr(stacked_losses, "PASS_ROWS", 1)  # a client a pass
     several = train_together(trainer, jobs, 1, 16, joined=True)
     assert max(len(p) for p in passes) == 3
     _assert_same(one, several, atol=1e-6)

@@ -9,8 +9,8 @@ the clients one by one, without the per-client calls; node-level clients' scored
 gathered at once, by an index built with the join. Where they differ (personalised models)
 graph-level clients on the CPU are each scored by their own plain pass (joined rows would pay
 for spreading every bias over them); otherwise the graphs are padded into the layout training
-uses (``batched.NodeLayout``; graph-level clients split by split; clients of similar size
-together, ``batched.size_groups``) and one ``vmap`` over ``functional_call`` runs each
+uses (``padded.NodeLayout``; graph-level clients split by split; clients of similar size
+together, ``grouping.size_groups``) and one ``vmap`` over ``functional_call`` runs each
 client's own parameters on its own graph. The
 shared global test set is scored once per distinct set of parameters (once in all under
 FedAvg, whose clients all deploy the global model), all sets in one pass. Full-graph
@@ -31,21 +31,14 @@ from graphfed.metrics import Segments, joined_classification_metrics
 from graphfed.models.sparse import PaddedCsr, is_csr, join_rows
 from graphfed.tensors import Params
 from graphfed.training import plans
-from graphfed.training.batched import (
-    by_size_group,
-    cached_for,
-    graph_inputs,
-    group_rows,
-    node_layout,
-    stacked_forward,
-    step_size,
-)
 from graphfed.training.batches import (
     PreparedClient,
     PreparedGraphClient,
     PreparedNodeClient,
 )
+from graphfed.training.grouping import by_size_group, group_rows, step_size
 from graphfed.training.joined import join_graph_batches
+from graphfed.training.padded import cached_for, graph_inputs, node_layout, stacked_forward
 from graphfed.training.trainer import Trainer
 
 # how many (parameter set x global-test node) rows one pass over the global test set may hold
@@ -117,7 +110,7 @@ def evaluate_together(trainer: Trainer, jobs: list[EvalJob], cache: dict | None 
 
 
 def _row_chunks(clients: list[PreparedClient], max_rows: float) -> list[list[PreparedClient]]:
-    """The clients in consecutive chunks of at most ``max_rows`` rows (``batched.group_rows``;
+    """The clients in consecutive chunks of at most ``max_rows`` rows (``grouping.group_rows``;
     a client larger than that alone): on a CPU, one pass over a million joined nodes streams
     every activation through memory, where passes of a hundred thousand stay in cache."""
     chunks: list[list[PreparedClient]] = []

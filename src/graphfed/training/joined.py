@@ -1,7 +1,7 @@
 """Many clients' graph mini-batches joined end to end, each row through its own client's
 parameters: the batched engine's unpadded layout for graph-level clients on the CPU.
 
-The padded layout (``batched.graph_inputs`` under ``vmap``) pads every client's step to the
+The padded layout (``padded.graph_inputs`` under ``vmap``) pads every client's step to the
 largest one beside it: on PROTEINS' ten Dirichlet clients a quarter more rows, and the groups of
 similar size that bound the padding split a round into five steps where one would do. Here the
 clients' batches are concatenated as PyG batches graphs: message passing and pooling run once

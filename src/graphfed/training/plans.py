@@ -24,11 +24,11 @@ class DevicePlan:
     product (``training.joined``; on CUDA, float32 ``grouped_mm`` loops over the clients with
     a host read of their offsets); in evaluation, personalised graph-level clients are then
     scored by a plain pass each, which spreads no bias over joined rows. ``size_spread``: the
-    most a padded group's largest client may exceed its smallest (``batched.size_groups``).
+    most a padded group's largest client may exceed its smallest (``grouping.size_groups``).
     ``pass_macs``: what one more group's passes cost, as the multiply-adds of padded rows
-    (``batched.row_macs``): clients are split into more groups where that saves more padding.
+    (``grouping.row_macs``): clients are split into more groups where that saves more padding.
     ``group_bytes``: the most bytes a padded group's widest activation may take
-    (``batched.group_rows``): on a CPU a larger one streams through memory, and beyond the
+    (``grouping.group_rows``): on a CPU a larger one streams through memory, and beyond the
     allocator's threshold (``graphfed.allocator``) its pages are faulted in anew every step.
     ``hash_elements``: elements a keyed dropout mask hashes at once across a step's clients
     (None: the whole mask in one pass)."""
