@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
-import shutil
 from pathlib import Path
 from typing import Annotated
 
@@ -17,15 +17,16 @@ federation = typer.Typer(no_args_is_help=True, help="Run a real federation on Fl
                          "credentials, partition files, SuperLink, SuperNodes.")
 
 
-def _require(executable: str) -> None:
-    if shutil.which(executable) is None:
-        raise GraphfedError(f"'{executable}' not found; install Flower with "
+def _require() -> None:
+    """Flower runs inside this interpreter (``graphfed.flower.guard`` starts its entry points)."""
+    if importlib.util.find_spec("flwr") is None:
+        raise GraphfedError("Flower is not installed; install it with "
                             "pip install 'graphfed[flower]'")
 
 
 def _exec(command: list[str]) -> None:
     """Become the Flower process (signals and exit code are then Flower's own)."""
-    _require(command[0])
+    _require()
     from graphfed.flower.deployment import tool_env
 
     os.execvpe(command[0], command, tool_env())
@@ -54,12 +55,16 @@ def credentials(
     owners: Annotated[int, typer.Option(help="number of data owners (node key pairs)")],
     host: Annotated[list[str] | None, typer.Option(
         help="SuperLink host name or IP the TLS certificate is for (repeatable)")] = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="replace credentials already in OUT (every owner then needs its new "
+                        "key and ca.crt)")] = False,
 ) -> None:
     """Make a CA, the SuperLink's TLS certificate and one key pair per owner (never commit them:
-    superlink.key stays with the operator, owner-<i>.key with owner i)."""
+    superlink.key stays with the operator, owner-<i>.key with owner i). Credentials already in
+    OUT are kept unless --force."""
     from graphfed.flower.deployment import make_credentials
 
-    make_credentials(out, owners, tuple(host or ("127.0.0.1", "localhost")))
+    make_credentials(out, owners, tuple(host or ("127.0.0.1", "localhost")), force=force)
     typer.echo(f"credentials in {out}")
 
 
@@ -69,11 +74,17 @@ def superlink(
     creds: Annotated[Path, typer.Option("--credentials", help="from `federation credentials`")],
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port of the SuperLink's APIs")] = 9093,
+    database: Annotated[Path | None, typer.Option(
+        help="the SuperLink's state (registered owners, runs), kept across a restart; default "
+             "superlink-state.db in the credentials directory")] = None,
 ) -> None:
-    """Operator: start the SuperLink with TLS and SuperNode authentication."""
+    """Operator: start the SuperLink with TLS and SuperNode authentication; its Control API
+    (submitting runs, registering nodes) answers only on this host, and it runs only graphfed's
+    app. Its state lives in a file, so a restarted SuperLink knows its owners and they rejoin."""
     from graphfed.flower.deployment import Credentials, superlink_command
 
-    _exec(superlink_command(Credentials(creds), host, port))
+    state = database if database is not None else creds / "superlink-state.db"
+    _exec([*superlink_command(Credentials(creds), host, port), "--database", str(state)])
 
 
 @federation.command()
@@ -85,7 +96,8 @@ def register(
     home: Annotated[Path, typer.Option(help="Flower CLI config directory to use")
                     ] = Path(".graphfed-flwr"),
 ) -> None:
-    """Operator: admit the owner holding this public key's private key."""
+    """Operator, on the SuperLink's host: admit the owner holding this public key's private
+    key."""
     from graphfed.flower.deployment import register_node
 
     register_node(public_key, superlink, ca, home)
@@ -102,12 +114,12 @@ def node(
                          ] = "127.0.0.1:9093",
     port: Annotated[int, typer.Option(help="local port of this node's ClientApp API")] = 9094,
 ) -> None:
-    """Owner: start this owner's SuperNode on its own data and credentials."""
-    import subprocess
-
-    from graphfed.flower.deployment import supernode_command, tool_env
+    """Owner: start this owner's SuperNode on its own data and credentials; it runs graphfed's
+    app only."""
+    from graphfed.flower.deployment import supernode_command
     from graphfed.flower.owner import load_owner
-    from graphfed.flower.preflight import ACTIVATION_REFUSED, check_superlink, refused_key
+    from graphfed.flower.preflight import check_superlink
+    from graphfed.flower.processes import run_supernode
 
     if not data.is_file():
         raise GraphfedError(f"no data file at {data} (make one with `graphfed federation export`)")
@@ -117,22 +129,11 @@ def node(
     load_owner(data)  # a damaged or foreign file fails here, in one line
     check_superlink(superlink, ca)  # a wrong CA or address is named before Flower starts
     command = supernode_command(superlink, ca, key, data, port)
-    _require(command[0])
-    refused = False
-    with subprocess.Popen(command, env=tool_env(), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True) as process:
-        try:
-            for line in process.stdout:  # Flower's own log, passed on as it comes
-                typer.echo(line, nl=False)
-                if ACTIVATION_REFUSED in line:  # it gives up; its helpers may keep the pipe
-                    refused = True
-                    process.terminate()
-                    break
-        except KeyboardInterrupt:
-            process.wait()
-    if refused:
-        raise GraphfedError(refused_key(superlink, key))
-    raise typer.Exit(process.returncode)
+    _require()
+    # Flower's own log passed on as it comes; a restart right after a crash waits out the
+    # SuperLink's heartbeat window (graphfed.flower.processes.run_supernode)
+    code = run_supernode(command, superlink, key, lambda line: typer.echo(line, nl=False))
+    raise typer.Exit(code)
 
 
 @federation.command()

@@ -70,26 +70,46 @@ class Credentials:
     def owner_public_key(self, client: int) -> Path:
         return self.root / f"owner-{client}.pub"
 
+    def existing(self) -> list[Path]:
+        """The credential files already in ``root`` (any owner's, whatever the count)."""
+        if not self.root.is_dir():
+            return []
+        fixed = [p for p in (self.ca, self.server_cert, self.server_key) if p.exists()]
+        return fixed + sorted([*self.root.glob("owner-*.key"), *self.root.glob("owner-*.pub")])
+
 
 def make_credentials(root: Path, owners: int, hosts: tuple[str, ...] = ("127.0.0.1", "localhost"),
-                     days: int = 30) -> Credentials:
-    """A CA, the SuperLink's TLS certificate for ``hosts`` and ``owners`` node key pairs."""
+                     days: int = 30, force: bool = False,
+                     not_before: datetime.datetime | None = None) -> Credentials:
+    """A CA, the SuperLink's TLS certificate for ``hosts`` and ``owners`` node key pairs, valid
+    for ``days`` from ``not_before`` (default: now). Credentials already in ``root`` are kept
+    unless ``force``: replacing them silently would lock out every owner holding a key."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 
+    if owners < 1:
+        raise GraphfedError(f"--owners {owners}: a federation needs at least one data owner")
     creds = Credentials(root)
+    existing = creds.existing()
+    if existing and not force:
+        shown = ", ".join(p.name for p in existing[:4]) + (", ..." if len(existing) > 4 else "")
+        raise GraphfedError(f"{root} already holds credentials ({shown}); new ones would "
+                            "replace the CA, the SuperLink key and every owner's key: pass "
+                            "--force to replace them, or choose another directory")
     root.mkdir(mode=0o700, parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.timezone.utc)
+    for stale in existing:  # with force: no owner key of the old set stays beside the new one
+        stale.unlink()
+    start = not_before or datetime.datetime.now(datetime.timezone.utc)
 
     def cert(subject: str, key, issuer: str, signer, extensions) -> x509.Certificate:
         builder = (x509.CertificateBuilder()
                    .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
                    .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
                    .public_key(key.public_key()).serial_number(x509.random_serial_number())
-                   .not_valid_before(now - datetime.timedelta(minutes=5))
-                   .not_valid_after(now + datetime.timedelta(days=days)))
+                   .not_valid_before(start - datetime.timedelta(minutes=5))
+                   .not_valid_after(start + datetime.timedelta(days=days)))
         for extension, critical in extensions:
             builder = builder.add_extension(extension, critical=critical)
         return builder.sign(signer, hashes.SHA256())
@@ -140,18 +160,38 @@ def tool_env(env: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def guarded(role: str) -> list[str]:
+    """Flower's ``flower-<role>`` started through ``graphfed.flower.guard``: only the operator
+    submits runs (Control API on the SuperLink's own host) and only graphfed's app runs."""
+    return [sys.executable, "-m", "graphfed.flower.guard", role]
+
+
+def superlink_flags(creds: Credentials, host: str = "127.0.0.1", port: int = 9093) -> list[str]:
+    """``flower-superlink``'s flags: TLS on, only registered SuperNodes admitted, no app
+    dependencies installed at run time (an app's dependencies would be code it brings)."""
+    return ["--ssl-ca-certfile", str(creds.ca), "--ssl-certfile", str(creds.server_cert),
+            "--ssl-keyfile", str(creds.server_key), "--enable-supernode-auth",
+            "--disable-runtime-dependency-installation", "--host", host, "--port", str(port)]
+
+
 def superlink_command(creds: Credentials, host: str = "127.0.0.1", port: int = 9093) -> list[str]:
-    """The operator's SuperLink: TLS on, only registered SuperNodes admitted."""
-    return [tool("flower-superlink"), "--ssl-ca-certfile", str(creds.ca),
-            "--ssl-certfile", str(creds.server_cert), "--ssl-keyfile", str(creds.server_key),
-            "--enable-supernode-auth", "--disable-runtime-dependency-installation",
-            "--host", host, "--port", str(port)]
+    """The operator's SuperLink, guarded (``graphfed.flower.guard``); its certificate and CA are
+    checked first, so an expired or missing one is named rather than failing in Flower."""
+    from graphfed.flower.preflight import check_certificate
+
+    check_certificate(creds.ca, "CA certificate")
+    check_certificate(creds.server_cert, "SuperLink certificate")
+    if not creds.server_key.is_file():
+        raise GraphfedError(f"no SuperLink key at {creds.server_key} (graphfed federation "
+                            "credentials makes it)")
+    return [*guarded("superlink"), *superlink_flags(creds, host, port)]
 
 
 def supernode_command(superlink: str, ca: Path, key: Path, data: Path, port: int) -> list[str]:
-    """An owner's SuperNode: its own data file and private key; ``port`` is its local API. The
-    ClientApp signs the server's identity challenge with the same key (``key-path``)."""
-    return [tool("flower-supernode"), "--superlink", superlink, "--root-certificates", str(ca),
+    """An owner's SuperNode, guarded so that it runs graphfed's app only: its own data file and
+    private key; ``port`` is its local API. The ClientApp signs the server's identity challenge
+    with the same key (``key-path``)."""
+    return [*guarded("supernode"), "--superlink", superlink, "--root-certificates", str(ca),
             "--auth-supernode-private-key", str(key),
             "--node-config", f"data-path={json.dumps(str(Path(data).resolve()))} "
                              f"key-path={json.dumps(str(Path(key).resolve()))}",
@@ -182,34 +222,14 @@ def _flwr(args: list[str], env: dict[str, str], timeout: float | None = None
 
 
 def register_node(public_key: Path, superlink: str, ca: Path, home: Path) -> None:
-    """Admit the owner holding ``public_key``'s private key (operator side)."""
+    """Admit the owner holding ``public_key``'s private key (operator side, on the SuperLink's
+    host: its Control API answers nowhere else). The TLS preflight names a wrong or expired
+    certificate first, which Flower reports only as an unavailable connection."""
+    from graphfed.flower.preflight import check_superlink
+
+    if not Path(public_key).is_file():
+        raise GraphfedError(f"no public key at {public_key} (graphfed federation credentials "
+                            "made owner-<i>.pub)")
+    check_superlink(superlink, ca)
     _flwr(["supernode", "register", str(public_key), CONNECTION],
           flower_home(home, superlink, ca), timeout=60)
-
-
-def submit_run(config, run_dir: Path, owner_keys: dict[int, str]) -> dict:
-    """Submit the experiment to ``config.flower.superlink`` and wait for it; the summary.
-
-    The ServerApp writes the run directory on the SuperLink's machine: on one machine (or a
-    shared disk) it is ``run_dir`` itself. The owners' public keys travel in the run config,
-    so the ServerApp checks each node's identity without reading the operator's files."""
-    options = config.flower
-    app = run_dir / "flower-app"
-    app.mkdir()
-    (app / "pyproject.toml").write_text(APP_PYPROJECT)
-    keys = json.dumps({str(c): key for c, key in owner_keys.items()})
-    (run_dir / "run-config.toml").write_text(
-        f"config = {json.dumps(json.dumps(config.to_dict()))}\n"
-        f"run-dir = {json.dumps(str(run_dir.resolve()))}\n"
-        f"owner-keys = {json.dumps(keys)}\n")
-    env = flower_home(run_dir / "flwr-home", options.superlink,
-                      Path(options.root_certificates) if options.root_certificates else None)
-    done = _flwr(["run", str(app), CONNECTION, "--run-config",
-                  str(run_dir / "run-config.toml"), "--stream"], env, options.run_timeout)
-    (run_dir / "flower.log").write_text(done.stdout)
-    summary = run_dir / "summary.json"
-    if not summary.is_file():
-        tail = "\n".join(done.stdout.strip().splitlines()[-15:])
-        raise GraphfedError(f"the Flower run ended without a summary in {run_dir} (log: "
-                            f"{run_dir / 'flower.log'}):\n{tail}")
-    return json.loads(summary.read_text())

@@ -1,7 +1,7 @@
 """Launching a run on Flower: graphfed's server and client sides, unchanged, inside a Flower
 ServerApp and ClientApp — on Flower's simulation engine (``runtime=flower-sim``) or on a SuperLink
-with one SuperNode per data owner (``runtime=flower``). Importing this module does not import
-flwr."""
+with one SuperNode per data owner (``runtime=flower``, ``flower.submission``). Importing this
+module does not import flwr."""
 
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ def run_on_flower(config: ExperimentConfig, out: Path, progress: bool) -> tuple[
 
         run_dir = new_run_dir(config, out)
         return run_dir, run_simulated(config, run_dir, progress)
-    from graphfed.flower.deployment import submit_run
     from graphfed.flower.preflight import check_superlink
+    from graphfed.flower.submission import submit_run
     from graphfed.runtime.identity import read_owner_keys
 
     options = config.flower  # before the run directory: a wrong path or CA leaves nothing

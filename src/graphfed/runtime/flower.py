@@ -2,9 +2,10 @@
 
 The round logic (sampling, boundary checks, aggregation, byte counts) is the shared one of
 ``runtime/base.py``; this module only turns graphfed messages into Flower messages for the right
-node and back. A node that errs, dies or misses ``flower.round_timeout`` is dropped for the round;
-fewer than ``flower.min_replies`` fit replies re-asks the missing clients ``flower.retries`` times,
-then stops the run with a clear message. The ServerApp that hosts it is ``graphfed.flower``.
+node and back. A node that errs, dies or misses ``flower.round_timeout`` (always finite, so a hung
+ClientApp costs one bounded wait) is dropped for the round; fewer than ``flower.min_replies`` fit
+replies re-asks the missing clients ``flower.retries`` times, then stops the run with a clear
+message. The ServerApp that hosts it is ``graphfed.flower``.
 """
 
 from __future__ import annotations
@@ -114,10 +115,9 @@ class FlowerRuntime(Runtime):
         matched by the message they answer: the SuperLink itself answers for a node it lost."""
         ids = list(self.grid.push_messages(list(out.values())))
         asked = dict(zip(ids, out, strict=True))
-        timeout = self.options.round_timeout
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = time.monotonic() + self.options.round_timeout
         got: list[tuple[int, FlowerMessage]] = []
-        while asked and (deadline is None or time.monotonic() < deadline):
+        while asked and time.monotonic() < deadline:
             for reply in self.grid.pull_messages(list(asked)):
                 got.append((asked.pop(reply.metadata.reply_to_message_id), reply))
             if asked:
@@ -147,7 +147,8 @@ class FlowerRuntime(Runtime):
                     failed.pop(client, None)
             pending = {c: m for c, m in pending.items() if c not in replies}
             for client in pending:
-                failed.setdefault(client, f"no reply within {self.options.round_timeout}s")
+                failed.setdefault(client, f"no reply within {self.options.round_timeout:g}s "
+                                          "(flower.round_timeout)")
             if not pending or len(replies) >= needed:
                 break
             if attempt < self.options.retries:
