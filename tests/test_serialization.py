@@ -123,7 +123,7 @@ def test_keys_are_private_from_the_first_byte(tmp_path, monkeypatch):
     stale = tmp_path / "creds" / "owner-0.key"
     stale.write_text("old")
     stale.chmod(0o644)  # an existing world-readable file is narrowed before it is written
-    creds = make_credentials(tmp_path / "creds", 2)
+    creds = make_credentials(tmp_path / "creds", 2, force=True)
     assert opened == [0o600] * 3  # created 0600, never world-readable for a moment
     for path in (creds.server_key, creds.owner_key(0), creds.owner_key(1)):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600

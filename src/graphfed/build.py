@@ -12,6 +12,7 @@ import json
 import random
 from collections.abc import Callable
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -83,6 +84,7 @@ def build_algorithm(config: ExperimentConfig, seed: int, level: str, num_feature
         return algorithm.model(level, num_features, num_classes, config.model,
                                config.algorithm_options())
 
+    check_model_fits(make, config, device)
     model = make()
     if config.init_seed is not None and config.init_seed != seed:
         model.load_state_dict(_initial_state(make, config.init_seed))
@@ -96,6 +98,51 @@ def build_algorithm(config: ExperimentConfig, seed: int, level: str, num_feature
                   batch_size=config.batch_size, aggregation=config.aggregation,
                   local_lr=optimizer.lr)
     return algorithm, trainer, setup
+
+
+def check_model_fits(make: Callable[[], torch.nn.Module], config: ExperimentConfig,
+                     device: torch.device) -> None:
+    """Refuse, before anything is allocated, a model whose weights alone exceed the memory free
+    on ``device``: the allocator's own refusal is a traceback, and a size the operating system
+    grants lazily ends in the out-of-memory killer mid-run. The model is built on the meta
+    device (shapes only, the caller's random streams kept) to count its bytes."""
+    try:
+        with preserved_rngs(), torch.device("meta"):
+            model = make()
+    except (RuntimeError, NotImplementedError):  # a model that cannot be built on meta
+        return
+    size = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
+    free = free_memory(device)
+    if free is None or size <= free:
+        return
+    options = config.model
+    raise ConfigError(f"model.hidden={options.hidden} (model.layers={options.layers}) makes a "
+                      f"{options.name} model of {size / 2**30:,.1f} GiB, more than the "
+                      f"{free / 2**30:,.1f} GiB of memory free on {device}; choose a smaller "
+                      "model.hidden")
+
+
+def free_memory(device: torch.device) -> int | None:
+    """Bytes free on ``device`` (a CUDA device's, or the host's: available memory within the
+    cgroup's limit, where one is set); None where this cannot be told."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    meminfo = _read("/proc/meminfo")
+    available = next((int(line.split()[1]) * 1024 for line in meminfo.splitlines()
+                      if line.startswith("MemAvailable:")), None)
+    limit, used = _read("/sys/fs/cgroup/memory.max").strip(), _read(
+        "/sys/fs/cgroup/memory.current").strip()
+    if limit.isdigit() and used.isdigit():
+        room = max(0, int(limit) - int(used))
+        available = room if available is None else min(available, room)
+    return available
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
 
 
 def _initial_state(make: Callable[[], torch.nn.Module], init_seed: int) -> dict:

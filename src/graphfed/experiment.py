@@ -3,11 +3,21 @@
 A run directory holds ``config.yaml`` (resolved), one ``seed-<s>/`` folder per seed with
 ``metrics.jsonl`` (one line per round), ``checkpoint.pt`` and ``summary.json``, and a top-level
 ``summary.json`` with the final metrics (mean and std over seeds when there are several).
+
+Checkpoints and summaries are written atomically, and a checkpoint carries the fingerprint of the
+config and partition it was made by: a resume continues only from a checkpoint of its own run,
+whose round ``metrics.jsonl`` records, and repairs only what it can prove (a torn last line,
+rounds after the checkpoint's, which it runs again). A fresh run whose first seed fails before
+anything was checkpointed leaves no run directory: there is nothing a resume could continue.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
+import logging
+import math
 import os
 import random
 import shutil
@@ -15,6 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -33,16 +44,24 @@ from graphfed.build import (
     resolve_device,
 )
 from graphfed.config import ConfigError, ExperimentConfig, load_config
-from graphfed.data.federated import FederatedData
+from graphfed.data.federated import SPLITS, ClientData, FederatedData, NodeClient
 from graphfed.errors import GraphfedError
 from graphfed.evaluation import client_record, summarise
 from graphfed.metrics import mean_std
 from graphfed.progress import RoundProgress
 from graphfed.protocol import SERVER_DEVICE, Server
 from graphfed.run_lock import run_dir_lock
-from graphfed.runtime.base import Runtime
+from graphfed.runtime.base import RoundFailed, Runtime
 from graphfed.runtime.simulation import SimulationRuntime
-from graphfed.serialization import graph_classes, read_json, read_metrics, safe_load
+from graphfed.serialization import (
+    WriteFailed,
+    atomic_write,
+    graph_classes,
+    read_json,
+    read_metrics_torn,
+    safe_load,
+    writing,
+)
 from graphfed.tensors import move_tensors
 from graphfed.training import PreparedClient, Trainer
 
@@ -53,6 +72,22 @@ FINAL_KEYS = ("test_acc", "test_acc_std", "test_macro_f1", "test_loss", "val_acc
               "test_acc_var", "test_acc_entropy", "test_loss_var", "test_loss_entropy",
               "test_acc_pooled", "test_minority_acc", "test_minority_acc_pooled", "val_loss",
               "val_acc_pooled", "val_loss_pooled")
+CHECKPOINT = "checkpoint.pt"
+# config keys a resumed seed may differ in: where it runs and how it is filed, not what it
+# computes (its own seed stands in for seed and seeds)
+RESUME_FREE_KEYS = ("name", "device", "checkpoint_every", "seed", "seeds")
+
+log = logging.getLogger(__name__)
+
+
+class RunFailed(RoundFailed):
+    """A seed's round failed for every client. ``resumable``: the run directory keeps a
+    checkpoint or finished seed that ``--resume`` continues from; otherwise a resume would only
+    start again, and the message says to fix the cause and run again."""
+
+    def __init__(self, message: str, resumable: bool):
+        super().__init__(message)
+        self.resumable = resumable
 
 
 @dataclass
@@ -103,6 +138,35 @@ class Federation:
         out["eval_seconds"] = time.perf_counter() - start
         return out
 
+    @cached_property
+    def fingerprint(self) -> dict:
+        """What a checkpoint of this seed must have been made by: the canonical config (less
+        ``RESUME_FREE_KEYS``, plus the seed) and a hash of who holds which item in which split.
+        A checkpoint of another run would otherwise load into this one without a word."""
+        settings = {k: v for k, v in self.config.to_dict().items() if k not in RESUME_FREE_KEYS}
+        return {"config": {**settings, "seed": self.seed},
+                "partition": partition_digest(self.data)}
+
+
+def partition_digest(data: FederatedData) -> str:
+    """SHA-256 of the partition's assignment: every client's items with their train/val/test
+    split, the global test set and the server's public pool, in order."""
+    digest = hashlib.sha256(data.partition_id.encode())
+    for holder in (*data.clients, data.global_test, data.public):
+        digest.update(b"|")
+        for tensor in _assignment(holder):
+            digest.update(f"{tuple(tensor.shape)}".encode())
+            digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def _assignment(holder: ClientData | None) -> list[torch.Tensor]:
+    if holder is None:
+        return []
+    if isinstance(holder, NodeClient):
+        return [holder.global_ids, *(getattr(holder.graph, f"{s}_mask") for s in SPLITS)]
+    return [holder.global_ids[s] for s in SPLITS]
+
 
 RuntimeFactory = Callable[[Server, ExperimentConfig, int, FederatedData], Runtime]
 
@@ -152,73 +216,178 @@ def _set_rng_state(state: dict) -> None:
 
 
 def save_checkpoint(path: Path, fed: Federation, rnd: int, seconds: float) -> None:
-    state = {"round": rnd, "seconds": seconds, "server": fed.runtime.server.state_dict(),
-             "runtime": fed.runtime.state_dict(), "rng": _rng_state()}
-    tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    """The state after round ``rnd``, written atomically: a crash or a full disk while it is
+    written keeps the previous checkpoint whole."""
+    state = {"round": rnd, "seconds": seconds, "fingerprint": fed.fingerprint,
+             "server": fed.runtime.server.state_dict(), "runtime": fed.runtime.state_dict(),
+             "rng": _rng_state()}
+    buffer = io.BytesIO()  # serialised first: torch.save reports a full disk as a RuntimeError
+    torch.save(state, buffer)
+    atomic_write(path, buffer.getbuffer())
 
 
 CHECKPOINT_KEYS = ("round", "seconds", "server", "runtime", "rng")
+RNG_KEYS = {"python", "torch", "numpy"}  # and "cuda" where the run had a CUDA device
 
 
 def load_checkpoint(path: Path, fed: Federation) -> tuple[int, float]:
+    """Load ``path`` into ``fed``; its round and seconds so far. Every field is checked first,
+    so a checkpoint of another run, or a damaged or edited one, is one ``GraphfedError``."""
     remedy = (f"delete it to run {path.parent.name} again from round 1, or put back a good "
               "copy, then resume")
     state = safe_load(path, "checkpoint", graph_classes(), map_location="cpu", remedy=remedy)
     if not isinstance(state, dict) or any(k not in state for k in CHECKPOINT_KEYS):
         raise GraphfedError(f"{path} is not a graphfed checkpoint; {remedy}")
-    fed.runtime.server.load_state_dict(state["server"])
-    fed.runtime.load_state_dict(state["runtime"])
-    _set_rng_state(state["rng"])
-    return state["round"], state["seconds"]
+    problem = _checkpoint_problem(state, fed)
+    if problem is not None:
+        raise GraphfedError(f"{path} {problem}; {remedy}")
+    try:
+        fed.runtime.server.load_state_dict(state["server"])
+        fed.runtime.load_state_dict(state["runtime"])
+        _set_rng_state(state["rng"])
+    except (GraphfedError, LookupError, TypeError, ValueError, RuntimeError) as e:
+        detail = " ".join(str(e).split())[:160]
+        raise GraphfedError(f"{path} does not fit this run ({type(e).__name__}: {detail}); "
+                            f"{remedy}") from None
+    return state["round"], float(state["seconds"])
+
+
+def _checkpoint_problem(state: dict, fed: Federation) -> str | None:
+    """What is wrong with a loaded checkpoint's fields for ``fed`` (None: nothing)."""
+    mine = fed.fingerprint
+    theirs = state.get("fingerprint")
+    if not isinstance(theirs, dict):
+        return "has no fingerprint of the run it belongs to (an older graphfed wrote it)"
+    if theirs.get("config") != mine["config"]:
+        return f"belongs to another run: {_differences(theirs.get('config'), mine['config'])}"
+    if theirs.get("partition") != mine["partition"]:
+        return (f"belongs to another partition of {fed.data.dataset}: its clients held other "
+                f"items than this run's partition {fed.data.partition_id} (the dataset or the "
+                "partition code changed since it was written)")
+    rounds, rnd, seconds = fed.config.rounds, state["round"], state["seconds"]
+    if not _is_int(rnd) or not 1 <= rnd <= rounds:
+        return f"has round {rnd!r}; this run's checkpoints hold a round from 1 to {rounds}"
+    if not (_is_int(seconds) or isinstance(seconds, float)) or not (
+            math.isfinite(seconds) and seconds >= 0):
+        return f"has seconds {seconds!r}, not a finite number of seconds"
+    for key, expected in (("server", set(fed.runtime.server.state_dict())),
+                          ("runtime", set(fed.runtime.state_dict())), ("rng", RNG_KEYS)):
+        got = state[key]
+        if not isinstance(got, dict) or not expected <= set(got) <= expected | {"cuda"}:
+            return f"holds no {key} state of this run"
+    clients = state["runtime"].get("clients")
+    if isinstance(clients, list) and len(clients) != fed.data.num_clients:
+        return f"holds {len(clients)} client states; this run has {fed.data.num_clients} clients"
+    return None
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _flat(data: object, prefix: str = "") -> dict[str, object]:
+    """``{"model": {"hidden": 64}}`` as ``{"model.hidden": 64}``."""
+    if not isinstance(data, dict):
+        return {prefix: data}
+    out: dict[str, object] = {}
+    for key, value in data.items():
+        out.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def _differences(theirs: object, mine: dict, shown: int = 3) -> str:
+    """The config keys two fingerprints differ in, with both values: 'model.hidden=32 (this run:
+    64)'."""
+    a, b = _flat(theirs), _flat(mine)
+    keys = sorted(k for k in a.keys() | b.keys() if a.get(k, "unset") != b.get(k, "unset"))
+    parts = [f"{k}={a.get(k, 'unset')} (this run: {b.get(k, 'unset')})" for k in keys[:shown]]
+    more = f" and {len(keys) - shown} more" if len(keys) > shown else ""
+    return "its config has " + ", ".join(parts) + more
 
 
 # ---------------------------------------------------------------- one seed
 
-def _read_lines(path: Path, up_to: int) -> list[dict]:
-    if not path.exists():
-        return []
-    return [line for line in read_metrics(path) if line["round"] <= up_to]
+def _resumed_lines(metrics_path: Path, ckpt_path: Path, done: int) -> list[dict]:
+    """The records of rounds 0 (setup, if any) to ``done`` that a resume from the checkpoint of
+    round ``done`` keeps. What it can prove is replayed is dropped, and logged: a torn last line
+    (a crash or a full disk while appending) and rounds after the checkpoint's. Anything else
+    that does not match the checkpoint is an error saying what to do."""
+    remedy = f"delete {ckpt_path} to run {ckpt_path.parent.name} again from round 1"
+    if not metrics_path.is_file():
+        raise GraphfedError(f"{metrics_path} is missing, but {ckpt_path} continues after round "
+                            f"{done}; {remedy}")
+    try:
+        records, torn = read_metrics_torn(metrics_path)
+    except GraphfedError as e:
+        raise GraphfedError(f"{e}; {remedy}") from None
+    kept = [r for r in records if r["round"] <= done]
+    rounds = [r["round"] for r in kept]
+    if rounds[:1] == [0]:  # the setup exchange
+        rounds = rounds[1:]
+    if rounds != list(range(1, done + 1)):
+        damage = f"{torn}, and the lines before it record" if torn else f"{metrics_path} records"
+        raise GraphfedError(f"{damage} rounds {_spans(rounds)}, not rounds 1-{done} that "
+                            f"{ckpt_path} continues from; {remedy}")
+    later = [r["round"] for r in records if r["round"] > done]
+    if torn or later:
+        what = ["a torn last line (a write cut short)"] if torn else []
+        what += [f"rounds {_spans(later)} (after the checkpoint's)"] if later else []
+        log.warning("resuming %s from its checkpoint of round %d: dropped %s from %s; round %d "
+                    "on runs again", ckpt_path.parent, done, " and ".join(what),
+                    metrics_path.name, done + 1)
+    return kept
+
+
+def _spans(rounds: list[int]) -> str:
+    """``[1, 2, 3, 5]`` as '1-3, 5' (what a message can show of a long list)."""
+    spans: list[list[int]] = []
+    for rnd in rounds:
+        if spans and rnd == spans[-1][1] + 1:
+            spans[-1][1] = rnd
+        else:
+            spans.append([rnd, rnd])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans) or "none"
 
 
 def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(data, indent=2).encode())
 
 
 def run_seed(fed: Federation, seed_dir: Path, progress: RoundProgress | None = None,
              resume: bool = False) -> dict:
-    """Train one seed to the end, checkpointing every ``checkpoint_every`` rounds."""
+    """Train one seed to the end, checkpointing every ``checkpoint_every`` rounds; with
+    ``resume``, continue from the seed's checkpoint when it has one."""
     config = fed.config
     seed_dir.mkdir(parents=True, exist_ok=True)
-    metrics_path, ckpt_path = seed_dir / "metrics.jsonl", seed_dir / "checkpoint.pt"
-    start_round, elapsed = 1, 0.0
+    metrics_path, ckpt_path = seed_dir / "metrics.jsonl", seed_dir / CHECKPOINT
+    start_round, elapsed, lines = 1, 0.0, []
     if resume and ckpt_path.exists():
         done, elapsed = load_checkpoint(ckpt_path, fed)
+        lines = _resumed_lines(metrics_path, ckpt_path, done)
         start_round = done + 1
-        lines = _read_lines(metrics_path, done)
-    else:
-        lines = []
-    metrics_path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    atomic_write(metrics_path, "".join(json.dumps(line) + "\n" for line in lines).encode())
     clock = time.perf_counter()
     with metrics_path.open("a") as out:
+        def append(line: dict) -> None:
+            with writing(metrics_path):
+                out.write(json.dumps(line) + "\n")
+                out.flush()
+            lines.append(line)
+
         setup_line = fed.setup() if start_round == 1 else None
         if setup_line is not None:
-            out.write(json.dumps(setup_line) + "\n")
-            lines.append(setup_line)
+            append(setup_line)
         for rnd in range(start_round, config.rounds + 1):
             line = fed.fit_round(rnd)
             if rnd % config.eval_every == 0 or rnd == config.rounds:
                 line.update(fed.evaluate(rnd))
-            out.write(json.dumps(line) + "\n")
-            out.flush()
-            lines.append(line)
+            append(line)
             if progress is not None:
                 progress.update(fed.seed, rnd, line)
             if config.checkpoint_every and rnd % config.checkpoint_every == 0 \
                     and rnd < config.rounds:
+                with writing(metrics_path):  # the rounds a checkpoint follows reach the disk
+                    os.fsync(out.fileno())
                 save_checkpoint(ckpt_path, fed, rnd, elapsed + time.perf_counter() - clock)
     seconds = elapsed + time.perf_counter() - clock
     summary = seed_summary(fed, lines, seconds)
@@ -294,22 +463,51 @@ def combine_seeds(config: ExperimentConfig, summaries: list[dict]) -> dict:
 def execute(config: ExperimentConfig, run_dir: Path, first: Federation | None,
             progress: bool, resume: bool, make_runtime: RuntimeFactory | None = None) -> dict:
     """Run (or resume) every seed of ``config`` into ``run_dir``, holding the directory's lock
-    so that no second process writes it meanwhile; returns the top summary."""
+    so that no second process writes it meanwhile; returns the top summary. A round every
+    client fails is a ``RunFailed`` saying whether a resume can continue the run; a file that
+    cannot be written, a ``WriteFailed`` saying how to go on."""
     summaries = []
+    resumable = make_runtime is None  # a Flower run's client states end with its nodes
     with run_dir_lock(run_dir), RoundProgress(config.rounds, len(config.run_seeds),
                                                enabled=progress) as bar:
-        for seed in config.run_seeds:
-            seed_dir = run_dir / f"seed-{seed}"
-            if resume and (seed_dir / "summary.json").exists():
-                summaries.append(read_json(seed_dir / "summary.json", "seed summary",
-                                           SEED_SUMMARY_KEYS))
-                continue
-            fed = first if first is not None and first.seed == seed else build_federation(
-                config, seed, make_runtime)
-            summaries.append(run_seed(fed, seed_dir, bar, resume=resume))
-        summary = combine_seeds(config, summaries)
-        _write_json(run_dir / "summary.json", summary)
+        try:
+            for seed in config.run_seeds:
+                seed_dir = run_dir / f"seed-{seed}"
+                if resume and (seed_dir / "summary.json").exists():
+                    summaries.append(read_json(seed_dir / "summary.json", "seed summary",
+                                               SEED_SUMMARY_KEYS))
+                    # a stop between the seed's summary and its end left it behind
+                    (seed_dir / CHECKPOINT).unlink(missing_ok=True)
+                    continue
+                fed = first if first is not None and first.seed == seed else build_federation(
+                    config, seed, make_runtime)
+                try:
+                    summaries.append(run_seed(fed, seed_dir, bar, resume=resume))
+                except RoundFailed as e:
+                    raise _failed(e, run_dir, seed, resumable) from None
+            summary = combine_seeds(config, summaries)
+            _write_json(run_dir / "summary.json", summary)
+        except WriteFailed as e:
+            advice = (f"free space (or fix the cause), then continue with graphfed run "
+                      f"--resume {run_dir}" if resumable else "fix the cause and run again")
+            raise WriteFailed(f"{e}; {advice}") from None
     return summary
+
+
+def _kept(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds anything a resume continues from: a checkpoint or a finished
+    seed (without either, a resume only starts the run again)."""
+    return any(run_dir.glob(f"seed-*/{CHECKPOINT}")) or any(run_dir.glob("seed-*/summary.json"))
+
+
+def _failed(error: RoundFailed, run_dir: Path, seed: int, resumable: bool) -> RunFailed:
+    if resumable and _kept(run_dir):
+        return RunFailed(f"seed {seed}, {error}; resume with graphfed run --resume {run_dir} "
+                         "once the cause is fixed", resumable=True)
+    why = ("nothing was checkpointed that a resume could continue from" if resumable
+           else "a Flower run cannot be resumed")
+    return RunFailed(f"the run failed: seed {seed}, {error}; {why}: fix the cause and run "
+                     "again", resumable=False)
 
 
 def run_experiment(config: ExperimentConfig, out: str | Path = "runs",
@@ -325,7 +523,14 @@ def run_experiment(config: ExperimentConfig, out: str | Path = "runs",
     for seed in config.run_seeds[1:]:  # cached: each seed's run reloads it
         federated_data(config, seed)
     run_dir = new_run_dir(config, Path(out))
-    return run_dir, execute(config, run_dir, first, progress, resume=False)
+    try:
+        return run_dir, execute(config, run_dir, first, progress, resume=False)
+    except RunFailed as e:
+        if e.resumable:
+            raise
+        shutil.rmtree(run_dir, ignore_errors=True)  # nothing in it a resume could use
+        raise RunFailed(f"{e} (the run directory {run_dir} is removed)",
+                        resumable=False) from None
 
 
 def new_run_dir(config: ExperimentConfig, out: Path) -> Path:

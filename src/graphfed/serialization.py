@@ -6,15 +6,19 @@ data classes a caller names. A crafted file whose pickle asks for anything else 
 call, another class to build) is refused with one readable error before any of it runs, and so is
 a damaged one (empty, truncated, overwritten). Run records (``summary.json``, ``metrics.jsonl``)
 are read here too, so that a damaged one is named with the line where it breaks.
+
+Run records and checkpoints are written with ``atomic_write``: aside, flushed to the disk, then
+renamed over the old file, so a crash or a full disk leaves the old file or the new one, whole.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
 import pickle
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -82,16 +86,36 @@ def read_json(path: Path, what: str, keys: Sequence[str] = ()) -> dict:
 
 def read_jsonl(path: Path, what: str) -> list[Any]:
     """One JSON value per non-blank line of ``path``; an error names the file and the line."""
-    rows = []
-    for number, line in enumerate(_read_text(path, what).splitlines(), 1):
-        if line.strip():
-            rows.append(_parse_json(line, path, what, number))
-    return rows
+    return _json_lines(_read_text(path, what).splitlines(), path, what)
+
+
+def _json_lines(lines: list[str], path: Path, what: str) -> list[Any]:
+    return [_parse_json(line, path, what, number)
+            for number, line in enumerate(lines, 1) if line.strip()]
 
 
 def read_metrics(path: Path) -> list[dict]:
     """The rounds of a run's ``metrics.jsonl``, each a record with an integer ``round``."""
-    rows = read_jsonl(path, "metrics.jsonl")
+    return _round_records(path, read_jsonl(path, "metrics.jsonl"))
+
+
+def read_metrics_torn(path: Path) -> tuple[list[dict], GraphfedError | None]:
+    """The rounds of a ``metrics.jsonl`` whose last line may be torn, and the error naming that
+    line (None when it is whole). A crash or a full disk while a round is appended leaves its
+    line cut short: no newline, not JSON. Only the last line can be torn so; damage anywhere
+    else is the usual ``GraphfedError``."""
+    what = "metrics.jsonl"
+    text = _read_text(path, what)
+    lines, torn = text.splitlines(), None
+    if lines and not text.endswith("\n"):
+        try:
+            _parse_json(lines[-1], path, what, len(lines))
+        except GraphfedError as e:
+            lines, torn = lines[:-1], e
+    return _round_records(path, _json_lines(lines, path, what)), torn
+
+
+def _round_records(path: Path, rows: list[Any]) -> list[dict]:
     for number, row in enumerate(rows, 1):
         if not isinstance(row, dict) or not isinstance(row.get("round"), int):
             raise GraphfedError(f"{path} is damaged: record {number} is not a round's record "
@@ -125,3 +149,50 @@ def write_private(path: Path, data: bytes) -> None:
     os.fchmod(fd, 0o600)
     with os.fdopen(fd, "wb") as handle:
         handle.write(data)
+
+
+class WriteFailed(GraphfedError):
+    """A file could not be written (a full disk, a lost mount); what it held before is kept."""
+
+
+def atomic_write(path: Path, data: bytes | memoryview) -> None:
+    """Replace ``path`` by ``data`` all at once: written to a file beside it, flushed to the disk,
+    then renamed over it. A crash or a full disk at any moment leaves the old file or the new
+    one, whole, and no temporary file after an error; an ``OSError`` becomes a ``WriteFailed``
+    naming the file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    existed = path.exists()
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        if not isinstance(e, OSError):
+            raise
+        kept = "its previous content is kept" if existed else "nothing was written"
+        raise WriteFailed(f"cannot write {path} ({e.strerror or e}); {kept}") from None
+    _sync_folder(path.parent)
+
+
+@contextlib.contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """A block that writes ``path`` in place (appends): an ``OSError`` becomes a
+    ``WriteFailed`` naming it."""
+    try:
+        yield
+    except OSError as e:
+        raise WriteFailed(f"cannot write {path} ({e.strerror or e})") from None
+
+
+def _sync_folder(folder: Path) -> None:
+    """Flush a folder's entries to the disk, so that a rename in it survives a power cut."""
+    with contextlib.suppress(OSError):  # a file system that cannot sync folders
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

@@ -23,6 +23,13 @@ console = Console()
 errors = Console(stderr=True)
 
 
+def command_group(**options: Any) -> typer.Typer:
+    """A Typer app whose unexpected tracebacks leave out every frame's local variables: typer
+    prints them by default, megabytes of tensors and configs (and whatever secrets a frame
+    held) around the one line that matters."""
+    return typer.Typer(pretty_exceptions_show_locals=False, **options)
+
+
 def fail(message: str) -> NoReturn:
     """Bad input: one readable line on stderr and exit code 2, never a traceback (a message
     that quotes a multi-line one, e.g. a library's, is folded onto one line)."""

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from graphfed.cli.common import console, errors, fail, print_final, readable, split_args
 
@@ -20,8 +21,12 @@ def run(
                       ] = None,
     quiet: Annotated[bool, typer.Option(help="no progress bar")] = False,
 ) -> None:
-    """Run a federated experiment and write its run directory (summary.json, metrics.jsonl)."""
+    """Run a federated experiment and write its run directory (summary.json, metrics.jsonl).
+
+    A round every client fails stops the run: with a checkpoint to continue from it says so
+    (exit code 1); with none, the run failed outright and a resume cannot help (exit code 2)."""
     from graphfed.config import load_config
+    from graphfed.experiment import RunFailed
     from graphfed.launch import resume as resume_run
     from graphfed.launch import run as launch_run
     from graphfed.runtime.base import RoundFailed
@@ -39,8 +44,10 @@ def run(
             config_path, overrides = split_args(args or [])
             config = load_config(config_path, overrides)
             run_dir, summary = launch_run(config, out, progress=not quiet)
-    except RoundFailed as e:
-        errors.print(f"[bold red]run stopped:[/] {e}; resume with --resume RUN_DIR once fixed",
+    except RoundFailed as e:  # RunFailed, or a Flower deployment's own
+        if isinstance(e, RunFailed) and not e.resumable:
+            fail(str(e))
+        errors.print(f"[bold red]run stopped:[/] {escape(' '.join(str(e).split()))}",
                      highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     print_final(summary)
