@@ -6,9 +6,10 @@ import torch
 from torch import nn
 
 from graphfed.algorithms.registry import load_all
+from graphfed.checkpoints import load_checkpoint, save_checkpoint
 from graphfed.config import OptimizerOptions, load_config
 from graphfed.data.datasets import is_present
-from graphfed.experiment import build_federation, load_checkpoint, save_checkpoint
+from graphfed.experiment import build_federation
 from graphfed.protocol import SERVER_DEVICE, ClientContext, Message
 from graphfed.runtime.base import answer_on_client
 from graphfed.tensors import move_tensors

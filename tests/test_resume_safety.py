@@ -205,7 +205,7 @@ def test_resume_drops_a_torn_last_line_and_rounds_after_the_checkpoint(cut, whol
                                   .splitlines()[2]))
     with metrics.open("a") as out:  # round 3 appended, round 4 cut short, no checkpoint after 2
         out.write(third + "\n" + '{"round": 4, "sampl')
-    with caplog.at_level(logging.WARNING, logger="graphfed.experiment"):
+    with caplog.at_level(logging.WARNING, logger="graphfed.checkpoints"):
         result = invoke("run", "--resume", str(cut))
     assert result.exit_code == 0, result.output
     assert records(cut) == records(whole)

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from graphfed.checkpoints import load_checkpoint, save_checkpoint
 from graphfed.config import load_config
 from graphfed.data.federated import artifact_path
 from graphfed.errors import GraphfedError
-from graphfed.experiment import build_federation, load_checkpoint, save_checkpoint
+from graphfed.experiment import build_federation
 from graphfed.flower.owner import export_partition, load_owner
 from graphfed.serialization import graph_classes, safe_load
 from tests.conftest import require

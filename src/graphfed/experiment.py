@@ -13,13 +13,9 @@ anything was checkpointed leaves no run directory: there is nothing a resume cou
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 import logging
-import math
 import os
-import random
 import shutil
 import time
 from collections.abc import Callable
@@ -28,8 +24,6 @@ from datetime import datetime
 from functools import cached_property
 from pathlib import Path
 
-import numpy as np
-import torch
 import yaml
 
 from graphfed.build import (
@@ -43,8 +37,9 @@ from graphfed.build import (
     prepare_public,
     resolve_device,
 )
+from graphfed.checkpoints import fingerprint, load_checkpoint, resumed_lines, save_checkpoint
 from graphfed.config import ConfigError, ExperimentConfig, load_config
-from graphfed.data.federated import SPLITS, ClientData, FederatedData, NodeClient
+from graphfed.data.federated import FederatedData
 from graphfed.errors import GraphfedError
 from graphfed.evaluation import client_record, summarise
 from graphfed.metrics import mean_std
@@ -56,10 +51,7 @@ from graphfed.runtime.simulation import SimulationRuntime
 from graphfed.serialization import (
     WriteFailed,
     atomic_write,
-    graph_classes,
     read_json,
-    read_metrics_torn,
-    safe_load,
     writing,
 )
 from graphfed.tensors import move_tensors
@@ -73,9 +65,6 @@ FINAL_KEYS = ("test_acc", "test_acc_std", "test_macro_f1", "test_loss", "val_acc
               "test_acc_pooled", "test_minority_acc", "test_minority_acc_pooled", "val_loss",
               "val_acc_pooled", "val_loss_pooled")
 CHECKPOINT = "checkpoint.pt"
-# config keys a resumed seed may differ in: where it runs and how it is filed, not what it
-# computes (its own seed stands in for seed and seeds)
-RESUME_FREE_KEYS = ("name", "device", "checkpoint_every", "seed", "seeds")
 
 log = logging.getLogger(__name__)
 
@@ -140,32 +129,8 @@ class Federation:
 
     @cached_property
     def fingerprint(self) -> dict:
-        """What a checkpoint of this seed must have been made by: the canonical config (less
-        ``RESUME_FREE_KEYS``, plus the seed) and a hash of who holds which item in which split.
-        A checkpoint of another run would otherwise load into this one without a word."""
-        settings = {k: v for k, v in self.config.to_dict().items() if k not in RESUME_FREE_KEYS}
-        return {"config": {**settings, "seed": self.seed},
-                "partition": partition_digest(self.data)}
-
-
-def partition_digest(data: FederatedData) -> str:
-    """SHA-256 of the partition's assignment: every client's items with their train/val/test
-    split, the global test set and the server's public pool, in order."""
-    digest = hashlib.sha256(data.partition_id.encode())
-    for holder in (*data.clients, data.global_test, data.public):
-        digest.update(b"|")
-        for tensor in _assignment(holder):
-            digest.update(f"{tuple(tensor.shape)}".encode())
-            digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-    return digest.hexdigest()
-
-
-def _assignment(holder: ClientData | None) -> list[torch.Tensor]:
-    if holder is None:
-        return []
-    if isinstance(holder, NodeClient):
-        return [holder.global_ids, *(getattr(holder.graph, f"{s}_mask") for s in SPLITS)]
-    return [holder.global_ids[s] for s in SPLITS]
+        """What a checkpoint of this seed must have been made by (``checkpoints.fingerprint``)."""
+        return fingerprint(self.config, self.seed, self.data)
 
 
 RuntimeFactory = Callable[[Server, ExperimentConfig, int, FederatedData], Runtime]
@@ -195,159 +160,7 @@ def build_federation(config: ExperimentConfig, seed: int,
     return Federation(config, seed, data, trainer, runtime, global_test)
 
 
-# ---------------------------------------------------------------- checkpoints
-
-def _rng_state() -> dict:
-    name, keys, position, has_gauss, gauss = np.random.get_state()
-    state = {"python": random.getstate(), "torch": torch.get_rng_state(),
-             "numpy": (name, torch.from_numpy(keys.astype(np.int64)), position, has_gauss, gauss)}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    name, keys, position, has_gauss, gauss = state["numpy"]
-    np.random.set_state((name, keys.numpy().astype(np.uint32), position, has_gauss, gauss))
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def save_checkpoint(path: Path, fed: Federation, rnd: int, seconds: float) -> None:
-    """The state after round ``rnd``, written atomically: a crash or a full disk while it is
-    written keeps the previous checkpoint whole."""
-    state = {"round": rnd, "seconds": seconds, "fingerprint": fed.fingerprint,
-             "server": fed.runtime.server.state_dict(), "runtime": fed.runtime.state_dict(),
-             "rng": _rng_state()}
-    buffer = io.BytesIO()  # serialised first: torch.save reports a full disk as a RuntimeError
-    torch.save(state, buffer)
-    atomic_write(path, buffer.getbuffer())
-
-
-CHECKPOINT_KEYS = ("round", "seconds", "server", "runtime", "rng")
-RNG_KEYS = {"python", "torch", "numpy"}  # and "cuda" where the run had a CUDA device
-
-
-def load_checkpoint(path: Path, fed: Federation) -> tuple[int, float]:
-    """Load ``path`` into ``fed``; its round and seconds so far. Every field is checked first,
-    so a checkpoint of another run, or a damaged or edited one, is one ``GraphfedError``."""
-    remedy = (f"delete it to run {path.parent.name} again from round 1, or put back a good "
-              "copy, then resume")
-    state = safe_load(path, "checkpoint", graph_classes(), map_location="cpu", remedy=remedy)
-    if not isinstance(state, dict) or any(k not in state for k in CHECKPOINT_KEYS):
-        raise GraphfedError(f"{path} is not a graphfed checkpoint; {remedy}")
-    problem = _checkpoint_problem(state, fed)
-    if problem is not None:
-        raise GraphfedError(f"{path} {problem}; {remedy}")
-    try:
-        fed.runtime.server.load_state_dict(state["server"])
-        fed.runtime.load_state_dict(state["runtime"])
-        _set_rng_state(state["rng"])
-    except (GraphfedError, LookupError, TypeError, ValueError, RuntimeError) as e:
-        detail = " ".join(str(e).split())[:160]
-        raise GraphfedError(f"{path} does not fit this run ({type(e).__name__}: {detail}); "
-                            f"{remedy}") from None
-    return state["round"], float(state["seconds"])
-
-
-def _checkpoint_problem(state: dict, fed: Federation) -> str | None:
-    """What is wrong with a loaded checkpoint's fields for ``fed`` (None: nothing)."""
-    mine = fed.fingerprint
-    theirs = state.get("fingerprint")
-    if not isinstance(theirs, dict):
-        return "has no fingerprint of the run it belongs to (an older graphfed wrote it)"
-    if theirs.get("config") != mine["config"]:
-        return f"belongs to another run: {_differences(theirs.get('config'), mine['config'])}"
-    if theirs.get("partition") != mine["partition"]:
-        return (f"belongs to another partition of {fed.data.dataset}: its clients held other "
-                f"items than this run's partition {fed.data.partition_id} (the dataset or the "
-                "partition code changed since it was written)")
-    rounds, rnd, seconds = fed.config.rounds, state["round"], state["seconds"]
-    if not _is_int(rnd) or not 1 <= rnd <= rounds:
-        return f"has round {rnd!r}; this run's checkpoints hold a round from 1 to {rounds}"
-    if not (_is_int(seconds) or isinstance(seconds, float)) or not (
-            math.isfinite(seconds) and seconds >= 0):
-        return f"has seconds {seconds!r}, not a finite number of seconds"
-    for key, expected in (("server", set(fed.runtime.server.state_dict())),
-                          ("runtime", set(fed.runtime.state_dict())), ("rng", RNG_KEYS)):
-        got = state[key]
-        if not isinstance(got, dict) or not expected <= set(got) <= expected | {"cuda"}:
-            return f"holds no {key} state of this run"
-    clients = state["runtime"].get("clients")
-    if isinstance(clients, list) and len(clients) != fed.data.num_clients:
-        return f"holds {len(clients)} client states; this run has {fed.data.num_clients} clients"
-    return None
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _flat(data: object, prefix: str = "") -> dict[str, object]:
-    """``{"model": {"hidden": 64}}`` as ``{"model.hidden": 64}``."""
-    if not isinstance(data, dict):
-        return {prefix: data}
-    out: dict[str, object] = {}
-    for key, value in data.items():
-        out.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
-    return out
-
-
-def _differences(theirs: object, mine: dict, shown: int = 3) -> str:
-    """The config keys two fingerprints differ in, with both values: 'model.hidden=32 (this run:
-    64)'."""
-    a, b = _flat(theirs), _flat(mine)
-    keys = sorted(k for k in a.keys() | b.keys() if a.get(k, "unset") != b.get(k, "unset"))
-    parts = [f"{k}={a.get(k, 'unset')} (this run: {b.get(k, 'unset')})" for k in keys[:shown]]
-    more = f" and {len(keys) - shown} more" if len(keys) > shown else ""
-    return "its config has " + ", ".join(parts) + more
-
-
 # ---------------------------------------------------------------- one seed
-
-def _resumed_lines(metrics_path: Path, ckpt_path: Path, done: int) -> list[dict]:
-    """The records of rounds 0 (setup, if any) to ``done`` that a resume from the checkpoint of
-    round ``done`` keeps. What it can prove is replayed is dropped, and logged: a torn last line
-    (a crash or a full disk while appending) and rounds after the checkpoint's. Anything else
-    that does not match the checkpoint is an error saying what to do."""
-    remedy = f"delete {ckpt_path} to run {ckpt_path.parent.name} again from round 1"
-    if not metrics_path.is_file():
-        raise GraphfedError(f"{metrics_path} is missing, but {ckpt_path} continues after round "
-                            f"{done}; {remedy}")
-    try:
-        records, torn = read_metrics_torn(metrics_path)
-    except GraphfedError as e:
-        raise GraphfedError(f"{e}; {remedy}") from None
-    kept = [r for r in records if r["round"] <= done]
-    rounds = [r["round"] for r in kept]
-    if rounds[:1] == [0]:  # the setup exchange
-        rounds = rounds[1:]
-    if rounds != list(range(1, done + 1)):
-        damage = f"{torn}, and the lines before it record" if torn else f"{metrics_path} records"
-        raise GraphfedError(f"{damage} rounds {_spans(rounds)}, not rounds 1-{done} that "
-                            f"{ckpt_path} continues from; {remedy}")
-    later = [r["round"] for r in records if r["round"] > done]
-    if torn or later:
-        what = ["a torn last line (a write cut short)"] if torn else []
-        what += [f"rounds {_spans(later)} (after the checkpoint's)"] if later else []
-        log.warning("resuming %s from its checkpoint of round %d: dropped %s from %s; round %d "
-                    "on runs again", ckpt_path.parent, done, " and ".join(what),
-                    metrics_path.name, done + 1)
-    return kept
-
-
-def _spans(rounds: list[int]) -> str:
-    """``[1, 2, 3, 5]`` as '1-3, 5' (what a message can show of a long list)."""
-    spans: list[list[int]] = []
-    for rnd in rounds:
-        if spans and rnd == spans[-1][1] + 1:
-            spans[-1][1] = rnd
-        else:
-            spans.append([rnd, rnd])
-    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans) or "none"
-
 
 def _write_json(path: Path, data: dict) -> None:
     atomic_write(path, json.dumps(data, indent=2).encode())
@@ -363,7 +176,7 @@ def run_seed(fed: Federation, seed_dir: Path, progress: RoundProgress | None = N
     start_round, elapsed, lines = 1, 0.0, []
     if resume and ckpt_path.exists():
         done, elapsed = load_checkpoint(ckpt_path, fed)
-        lines = _resumed_lines(metrics_path, ckpt_path, done)
+        lines = resumed_lines(metrics_path, ckpt_path, done)
         start_round = done + 1
     atomic_write(metrics_path, "".join(json.dumps(line) + "\n" for line in lines).encode())
     clock = time.perf_counter()
