@@ -10,9 +10,9 @@ from pydantic import BaseModel
 from rich.markup import escape
 from rich.table import Table
 
-from graphfed.cli.common import console, readable, split_args
+from graphfed.cli.common import command_group, console, readable, split_args
 
-config = typer.Typer(no_args_is_help=True, help="Inspect experiment configs.")
+config = command_group(no_args_is_help=True, help="Inspect experiment configs.")
 
 
 def _rows(model: BaseModel, prefix: str = "") -> list[tuple[str, Any, Any, str]]:

@@ -10,10 +10,10 @@ from typing import Annotated
 
 import typer
 
-from graphfed.cli.common import console, print_final, readable, split_args
+from graphfed.cli.common import command_group, console, print_final, readable, split_args
 from graphfed.errors import GraphfedError
 
-federation = typer.Typer(no_args_is_help=True, help="Run a real federation on Flower: "
+federation = command_group(no_args_is_help=True, help="Run a real federation on Flower: "
                          "credentials, partition files, SuperLink, SuperNodes.")
 
 
