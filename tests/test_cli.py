@@ -190,3 +190,16 @@ def test_config_show_lists_every_key_with_value_default_and_description():
     assert "weight by client sample counts" in result.output
     bad = runner.invoke(app, ["config", "show", "configs/quickstart.yaml", "rounds=-1"])
     assert bad.exit_code == 2 and "rounds" in bad.output
+
+
+def test_help_version_and_a_bare_run_print_instead_of_training(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    short, long = runner.invoke(app, ["run", "-h"]), runner.invoke(app, ["run", "--help"])
+    assert short.exit_code == long.exit_code == 0 and short.output == long.output
+    assert "KEY=VALUE" in short.output and "graphfed run --resume" in short.output
+    version = runner.invoke(app, ["--version"])
+    assert version.exit_code == 0 and version.output.startswith("graphfed ")
+    bare = runner.invoke(app, ["run"])
+    assert bare.exit_code == 2 and "Usage" in bare.output
+    assert not (tmp_path / "runs").exists()  # nothing trained, nothing written

@@ -27,7 +27,8 @@ def command_group(**options: Any) -> typer.Typer:
     """A Typer app whose unexpected tracebacks leave out every frame's local variables: typer
     prints them by default, megabytes of tensors and configs (and whatever secrets a frame
     held) around the one line that matters."""
-    return typer.Typer(pretty_exceptions_show_locals=False, **options)
+    return typer.Typer(pretty_exceptions_show_locals=False,
+                       context_settings={"help_option_names": ["-h", "--help"]}, **options)
 
 
 def fail(message: str) -> NoReturn:

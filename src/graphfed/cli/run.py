@@ -14,6 +14,7 @@ from graphfed.cli.common import console, errors, fail, print_final, readable, sp
 @readable
 def run(
     args: Annotated[list[str] | None, typer.Argument(
+        metavar="[CONFIG.yaml] [KEY=VALUE]...",
         help="CONFIG.yaml followed by key=value overrides (e.g. rounds=50 fedprox.mu=0.1)")] = None,
     out: Annotated[Path, typer.Option(help="directory under which the run directory is made")
                    ] = Path("runs"),
