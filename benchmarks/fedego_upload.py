@@ -15,7 +15,8 @@ import argparse
 
 from graphfed.experiment import build_federation
 from graphfed.reproduce.catalog import get_preset
-from graphfed.reproduce.runner import MIB, cell_config
+from graphfed.reproduce.papers.fedego import MIB
+from graphfed.reproduce.plan import cell_config
 
 ROUNDS = 200  # the paper's run length, for the totals
 

@@ -14,7 +14,7 @@ import time
 from graphfed.config import with_overrides
 from graphfed.experiment import build_federation
 from graphfed.reproduce.catalog import get_preset
-from graphfed.reproduce.runner import cell_config, select
+from graphfed.reproduce.plan import cell_config, select
 
 
 def main() -> None:

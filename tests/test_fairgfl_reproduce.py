@@ -59,7 +59,7 @@ def test_utility_fairness_preset_keeps_the_interface_contract():
 def test_every_figure_preset_resolves_to_valid_configs():
     """Each cell of the figure presets builds a config graphfed accepts (a typo in a grid or a
     setting key would otherwise surface only hours into a run)."""
-    from graphfed.reproduce.runner import cell_config, select
+    from graphfed.reproduce.plan import cell_config, select
     from graphfed.reproduce.settings import missing, parse_label
 
     for name in ("fairgfl-privacy", "fairgfl-overlap", "fairgfl-encoder", "fairgfl-motivation",
@@ -80,7 +80,7 @@ def test_every_figure_preset_resolves_to_valid_configs():
 def test_ablation_sweeps_the_specs_lambda_and_q_grids():
     """Spec §7.5 F8 and F12: lambda in {0, 0.05, 0.1, 0.3, 1} (0.1 the default), q in
     {0.1, 1, 5}."""
-    from graphfed.reproduce.runner import cell_config
+    from graphfed.reproduce.plan import cell_config
 
     preset = get_preset("fairgfl-ablation")
     lambdas, qs = set(), set()
@@ -122,7 +122,7 @@ def test_round_curves_average_the_seeds_of_each_method(tmp_path, monkeypatch):
 def test_every_fairgfl_row_encodes_at_the_datasets_width():
     """Table IV's encoded width (Cora 100, CiteSeer 300) reaches every FairGFL variant of every
     preset, not only the row named ``fairgfl``."""
-    from graphfed.reproduce.runner import cell_config
+    from graphfed.reproduce.plan import cell_config
 
     for name in ("fairgfl-table3", "fairgfl-privacy", "fairgfl-encoder", "fairgfl-ablation",
                  "fairgfl-utility-fairness", "fairgfl-overlap"):
@@ -140,8 +140,10 @@ def test_a_seed_with_nan_client_losses_is_left_out_of_the_mean_and_counted(tmp_p
     import json
     import math
 
+    from graphfed.reproduce.plan import Cell
     from graphfed.reproduce.preset import Variant
-    from graphfed.reproduce.runner import Cell, cell_rows, format_ours
+    from graphfed.reproduce.score import Scoring, cell_rows
+    from graphfed.reproduce.write import format_ours
 
     nan = float("nan")
     for seed, var, entropy in ((0, 0.002, 3.5), (1, nan, nan), (2, 0.004, 3.5)):
@@ -155,8 +157,8 @@ def test_a_seed_with_nan_client_losses_is_left_out_of_the_mean_and_counted(tmp_p
         (folder / "metrics.jsonl").write_text(json.dumps(line) + "\n")
     variant = Variant("fed-pub", "fed-pub")
     cell = Cell(variant, "Cora", None, None, tmp_path, {"seeds": [0, 1, 2]})
-    rows = {r["metric"]: r for r in cell_rows(get_preset("fairgfl-utility-fairness"), variant,
-                                                "Cora", [cell], {}, [0, 1, 2], {})}
+    scoring = Scoring(get_preset("fairgfl-utility-fairness"), [0, 1, 2])
+    rows = {r["metric"]: r for r in cell_rows(scoring, variant, "Cora", [cell])}
     assert rows["loss_var"]["ours_mean"] == pytest.approx(0.003)
     assert rows["loss_var"]["nan_seeds"] == 1
     assert format_ours(rows["loss_var"]) == "0.0030 ± 0.0010 (NaN in 1 seed, left out)"

@@ -11,9 +11,10 @@ from typer.testing import CliRunner
 from graphfed.cli import app
 from graphfed.reproduce import get_preset, reproduce
 from graphfed.reproduce.papers import fedspray
+from graphfed.reproduce.plan import cell_config, select
 from graphfed.reproduce.preset import paper_numbers
-from graphfed.reproduce.runner import COLUMNS, cell_config, select
 from graphfed.reproduce.settings import missing, parse_label
+from graphfed.reproduce.write import COLUMNS
 from tests.conftest import require
 
 PRESETS = ("fedspray-table2", "fedspray-table3", "fedspray-table5", "fedspray-lambda",

@@ -56,8 +56,8 @@ def test_an_unset_init_seed_keeps_each_seeds_own_run():
 
 def test_a_label_names_its_dataset_and_the_settings_it_runs_under():
     from graphfed.reproduce import get_preset
+    from graphfed.reproduce.plan import cell_config
     from graphfed.reproduce.preset import Variant
-    from graphfed.reproduce.runner import cell_config
     from graphfed.reproduce.settings import parse_label
 
     preset = get_preset("gpfl-table2")
@@ -78,7 +78,7 @@ def test_a_label_names_its_dataset_and_the_settings_it_runs_under():
 
 def test_datasets_and_settings_filter_the_labels():
     from graphfed.reproduce import get_preset
-    from graphfed.reproduce.runner import select
+    from graphfed.reproduce.plan import select
 
     preset = get_preset("gpfl-table2")
 
@@ -101,7 +101,7 @@ def test_datasets_and_settings_filter_the_labels():
 
 def test_the_fold_axis_is_bounded_by_the_presets_folds():
     from graphfed.reproduce import get_preset
-    from graphfed.reproduce.runner import fold_axis
+    from graphfed.reproduce.plan import fold_axis
 
     assert fold_axis(get_preset("gpfl-table2"), None) == [0, 1, 2, 3, 4]
     assert fold_axis(get_preset("gpfl-table2"), 2) == [0, 1]
@@ -133,8 +133,9 @@ def _line(rnd: int, acc: float) -> dict:
 
 def test_acc_is_the_final_round_and_acc_best_last_10_its_best_of_the_last_ten(tmp_path):
     from graphfed.reproduce import get_preset
+    from graphfed.reproduce.plan import Cell
     from graphfed.reproduce.preset import Variant
-    from graphfed.reproduce.runner import Cell, cell_rows
+    from graphfed.reproduce.score import Scoring, cell_rows
 
     accs = [0.9] + [0.5 + r / 100 for r in range(1, 11)] + [0.52]  # 12 rounds, 0.9 too early
     seed_dir = tmp_path / "seed-0"
@@ -144,8 +145,8 @@ def test_acc_is_the_final_round_and_acc_best_last_10_its_best_of_the_last_ten(tm
     (seed_dir / "summary.json").write_text(json.dumps({"seconds": 6.0, "rounds": 12}))
     variant = Variant("fedavg", "fedavg")
     cell = Cell(variant, "PROTEINS/k=25/alpha=1", None, 0, tmp_path, {"seeds": [0]})
-    rows = {r["metric"]: r for r in cell_rows(get_preset("gpfl-table2"), variant, cell.dataset,
-                                                [cell], {}, [0], {})}
+    scoring = Scoring(get_preset("gpfl-table2"), [0])
+    rows = {r["metric"]: r for r in cell_rows(scoring, variant, cell.dataset, [cell])}
     assert rows["acc"]["ours_mean"] == 0.52 and rows["acc"]["select"] == "final"
     assert rows["acc_best_last_10"]["ours_mean"] == pytest.approx(0.60)
     assert rows["acc_best_last_10"]["select"] == "best_last_10"

@@ -2,6 +2,7 @@
 
 import csv
 import json
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,8 @@ from graphfed.cli import app
 from graphfed.cli.common import split_ids
 from graphfed.errors import GraphfedError
 from graphfed.reproduce import get_preset, reproduce
-from graphfed.reproduce.runner import COLUMNS, select
+from graphfed.reproduce.plan import select
+from graphfed.reproduce.write import COLUMNS
 from tests.conftest import require
 
 
@@ -36,7 +38,7 @@ def test_the_code_split_table_differs_from_table2_only_in_the_split():
 
 
 def test_the_markdown_table_marks_a_shortfall():
-    from graphfed.reproduce.runner import gap
+    from graphfed.reproduce.write import gap
 
     row = {"ours_mean": 0.70, "ours_std": 0.01, "paper": "0.751±0.017"}
     assert gap(row) == "-0.051 (short)"
@@ -45,7 +47,7 @@ def test_the_markdown_table_marks_a_shortfall():
 
 
 def test_every_tradeoff_point_runs_its_own_beta_through_a_beta_sensitive_reward():
-    from graphfed.reproduce.runner import cell_config
+    from graphfed.reproduce.plan import cell_config
 
     preset = get_preset("fgfl-tradeoff")
     seen = set()
@@ -268,6 +270,21 @@ def test_every_paper_table_loads_with_the_table_schema():
             assert metric in preset.metrics, (preset.name, metric)
 
 
+def test_every_preset_metric_is_registered_with_one_meaning():
+    from graphfed.reproduce.catalog import load_presets
+    from graphfed.reproduce.score import RoundValue, metric_kind, register_metrics
+
+    for preset in load_presets().values():
+        for metric in preset.metrics:
+            metric_kind(metric)  # a paper module registered it
+    # two papers may register one name with the same meaning, never with another
+    assert register_metrics({"global_acc": RoundValue("global_test_acc")}) == ("global_acc",)
+    with pytest.raises(GraphfedError, match="global_acc registered as"):
+        register_metrics({"global_acc": RoundValue("test_acc")})
+    with pytest.raises(GraphfedError, match="registers the metric nope"):
+        metric_kind("nope")
+
+
 def test_a_bad_override_is_refused_before_any_training(tmp_path):
     result = CliRunner().invoke(app, ["reproduce", "fedego-table2-3", "--datasets", "Cora",
                                       "--methods", "fedavg", "--set", "rounds=0",
@@ -310,22 +327,39 @@ def test_a_third_seed_with_workers_trains_only_that_seed(tmp_path):
     assert json.loads((cell / "summary.json").read_text())["seeds"] == [0, 1, 2]
 
 
+class _Named:  # a cell as adopt_finished reads it
+    class config:
+        name = "cell"
+
+
+def _finished_seed(runs: Path, seed: int, seconds: float) -> Future:
+    """A worker's future for ``seed`` of the cell, trained in ``seconds`` and staged."""
+    staged = runs / ".seeds" / f"cell-seed{seed}"
+    (staged / f"seed-{seed}").mkdir(parents=True)
+    (staged / f"seed-{seed}" / "summary.json").write_text("{}")
+    future = Future()
+    future.set_result((staged, seconds))
+    return future
+
+
 def test_a_failed_seed_does_not_cost_the_finished_ones_their_place(tmp_path):
-    from concurrent.futures import Future
+    from graphfed.reproduce.execute import adopt_finished
 
-    from graphfed.reproduce.runner import adopt_finished
-
-    class Named:  # a cell as adopt_finished reads it
-        class config:
-            name = "cell"
-
-    finished, failed = Future(), Future()
-    staged = tmp_path / ".seeds" / "cell-seed0"
-    (staged / "seed-0").mkdir(parents=True)
-    (staged / "seed-0" / "summary.json").write_text("{}")
-    finished.set_result(staged)
+    finished, failed = _finished_seed(tmp_path, 0, 1.0), Future()
     failed.set_exception(GraphfedError("checkpoint lacks server state ['x']"))
-    tasks = {failed: (Named, 1), finished: (Named, 0)}
+    tasks = {failed: (_Named, 1), finished: (_Named, 0)}
     with pytest.raises(GraphfedError, match=r"1 of 2 seeds failed .*cell seed 1: checkpoint"):
         adopt_finished([failed, finished], tasks, tmp_path, progress=False)
     assert (tmp_path / "cell" / "seed-0" / "summary.json").is_file()  # adopted all the same
+
+
+def test_each_finished_seed_comes_with_the_time_the_rest_should_take(tmp_path, capsys):
+    """The mean seed's time x the seeds left / the workers."""
+    from graphfed.reproduce.execute import adopt_finished
+
+    done = [_finished_seed(tmp_path, 0, 30.0), _finished_seed(tmp_path, 1, 90.0)]
+    tasks = {f: (_Named, seed) for seed, f in enumerate([*done, Future(), Future()])}
+    adopt_finished(done, tasks, tmp_path, progress=True, workers=2)
+    assert capsys.readouterr().out.splitlines() == [
+        "[1/4] cell seed 0 finished, about 45s left",  # 30 s x 3 / 2
+        "[2/4] cell seed 1 finished, about 1m00s left"]  # 60 s x 2 / 2

@@ -46,9 +46,10 @@ def reproduce(
 ) -> None:
     """Reproduce a paper's table: run every cell, write table.csv/table.md beside the paper's."""
     from graphfed.reproduce.catalog import load_presets
-    from graphfed.reproduce.runner import format_ours
+    from graphfed.reproduce.execute import Interrupted
     from graphfed.reproduce.runner import reproduce as run_preset
     from graphfed.reproduce.selection import tag
+    from graphfed.reproduce.write import format_ours
 
     if list_presets or name is None:
         for preset in load_presets().values():
@@ -61,10 +62,14 @@ def reproduce(
                               highlight=False)
         return
     filters = [*(settings or ()), *(f"backbone={b}" for b in split_ids(backbones) or ())]
-    out_dir, rows, skipped = run_preset(name, split_ids(methods), split_ids(datasets), seeds, quick,
-                                        out, progress=not quiet, fairness_on=fairness_on,
-                                        overrides=tuple(set_ or ()), selector=select,
-                                        jobs=jobs, settings=filters or None, folds=folds)
+    try:
+        out_dir, rows, skipped = run_preset(
+            name, split_ids(methods), split_ids(datasets), seeds, quick, out,
+            progress=not quiet, fairness_on=fairness_on, overrides=tuple(set_ or ()),
+            selector=select, jobs=jobs, settings=filters or None, folds=folds)
+    except Interrupted as stop:  # one line, no traceback, the shell's code for SIGINT
+        errors.print(escape(str(stop)), highlight=False, soft_wrap=True)
+        raise typer.Exit(130) from None
     table = Table(title=f"{name}: ours (mean ± std) beside the paper")
     for col in ("method", "dataset", "metric", "ours", "paper", "select"):
         table.add_column(col)

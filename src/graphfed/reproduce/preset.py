@@ -41,7 +41,8 @@ class Preset:
     cell_overrides: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # (method, ds)
     paper: dict[tuple[str, str, str], str] = field(default_factory=dict)  # (method, ds, metric)
     select: str = "final"  # the round each seed's number comes from (reproduce.selection)
-    reference: str = "self-train"  # the run fairness is measured against
+    # the method fairness is measured against ("": none); it joins any selection of methods
+    reference: str = ""
     groups: dict[str, list[int]] = field(default_factory=dict)  # quality group -> clients
     figures: list[Callable[[list[dict], Path], Path]] = field(default_factory=list)
     notes: str = ""
@@ -58,6 +59,9 @@ class Preset:
     # a table computed without training (e.g. an attack simulation): seeds -> its rows
     # (method, dataset, metric, ours_mean, ours_std); every run-based field above is then unused
     computed: Callable[[int], list[dict]] | None = None
+    # what the whole preset costs, where a results page measured or estimated it (shown as a
+    # reproduction starts)
+    cost: str = ""
 
 
 REGISTRY: dict[str, Preset] = {}

@@ -20,6 +20,13 @@ from graphfed.mechanisms.privacy import majority_vote_accuracy, majority_vote_at
 from graphfed.metrics import mean_std
 from graphfed.reproduce.figures import curve_panels, estimate_scatter, metric_bars
 from graphfed.reproduce.preset import Preset, Variant, paper_numbers, register
+from graphfed.reproduce.score import (
+    Metric,
+    RoundValue,
+    ServerRecord,
+    WorstClient,
+    register_metrics,
+)
 from graphfed.reproduce.settings import missing
 from graphfed.serialization import read_metrics
 
@@ -71,6 +78,11 @@ def upload_bytes(dataset: str) -> dict[str, int]:
     return fed.fit_round(1)["server"]["upload_bytes"]
 
 
+# Table IV's bytes, and the extra bytes over the model's
+BYTES = register_metrics({"model_bytes": Metric(decimals=0), "feature_bytes": Metric(decimals=0),
+                          "link_bytes": Metric(decimals=0), "extra_ratio": Metric(decimals=4)})
+
+
 def table4_rows(seeds: int) -> list[dict]:
     rows = []
     for dataset in DATASETS:
@@ -79,7 +91,7 @@ def table4_rows(seeds: int) -> list[dict]:
             "model_bytes": sent["model"], "feature_bytes": sent["features"],
             "link_bytes": sent["links"],
             "extra_ratio": (sent["features"] + sent["links"]) / sent["model"]}
-        for metric in ("model_bytes", "feature_bytes", "link_bytes", "extra_ratio"):
+        for metric in BYTES:
             value = values.get(metric)
             rows.append({"method": "fairgfl", "dataset": dataset, "metric": metric,
                          "ours_mean": value, "ours_std": None if value is None else 0.0})
@@ -91,7 +103,7 @@ TABLE4 = register(Preset(
     description="FairGFL Table IV: bytes a client uploads per round (model, privatised "
                 "features, packed links) from one round's messages; Reddit, ogbn-arxiv missing",
     variants=[Variant("fairgfl", "fairgfl")], datasets=list(DATASETS),
-    metrics=("model_bytes", "feature_bytes", "link_bytes", "extra_ratio"), base=BASE, seeds=1,
+    metrics=BYTES, base=BASE, seeds=1,
     quick_seeds=1, paper=paper_numbers("fairgfl", "table4"), computed=table4_rows,
     notes="Bytes of the largest reply (a client with b_i = b = 64 sampled nodes): fp32 model "
           "(GCN d_x-h-C, h = 256 Cora / 128 CiteSeer), b x d_enc fp32 encodings (d_enc = 100 / "
@@ -104,6 +116,7 @@ TABLE4 = register(Preset(
 QUERIES = (1, 5, 10, 20, 30)
 ATTACK_EPS = 1.0  # Table V's values are those of eps_e = 1 (spec §7.1-3)
 LINKS = 10_000
+ATTACKS = register_metrics({f"acc_q{q}": Metric() for q in QUERIES})
 
 
 def table5_rows(seeds: int) -> list[dict]:
@@ -111,8 +124,7 @@ def table5_rows(seeds: int) -> list[dict]:
     response: the exact probability (``rr-majority``) and a simulation on 10,000 links per seed
     (``rr-majority[sampled]``, mean and std over the seeds)."""
     rows = []
-    for q in QUERIES:
-        metric = f"acc_q{q}"
+    for q, metric in zip(QUERIES, ATTACKS, strict=True):
         sampled = [majority_vote_attack(torch.ones(LINKS, dtype=torch.bool), ATTACK_EPS, q,
                                         torch.Generator().manual_seed(seed)) for seed in
                    range(seeds)]
@@ -129,7 +141,7 @@ TABLE5 = register(Preset(
     description="FairGFL Table V: link reconstruction by majority vote over q queries of "
                 "randomised response (eps_e = 1, no permanent response)",
     variants=[Variant("rr-majority", None), Variant("rr-majority[sampled]", None)],
-    datasets=["-"], metrics=tuple(f"acc_q{q}" for q in QUERIES), base=[], seeds=5,
+    datasets=["-"], metrics=ATTACKS, base=[], seeds=5,
     quick_seeds=2, paper=paper_numbers("fairgfl", "table5"), computed=table5_rows,
     notes="rr-majority: the exact probability that the majority of q replies (keep "
           "probability e/(1+e), ties broken by a fair coin) equals the bit; "
@@ -181,7 +193,12 @@ METHODS = [Variant("fairgfl", "fairgfl"),
            Variant("fed-pub", "fed-pub")]
 
 # what every fairness preset reports (Figs. 2-3, 5-8, 10)
-FAIRNESS = ("global_acc", "global_loss", "client_loss", "loss_var", "loss_entropy", "loss_max")
+FAIRNESS = register_metrics({
+    "global_acc": RoundValue("global_test_acc"), "global_loss": RoundValue("global_test_loss"),
+    "client_loss": RoundValue("train_loss_deployed"),
+    "loss_var": RoundValue("train_loss_deployed_var", decimals=4),  # thousandths
+    "loss_entropy": RoundValue("train_loss_deployed_entropy"),
+    "loss_max": WorstClient("train_loss_deployed")})
 
 UTILITY_FAIRNESS = register(Preset(
     name="fairgfl-utility-fairness",
@@ -227,6 +244,11 @@ def overlap_scatter(rows: list[dict], out: Path) -> Path:
                             "true", "estimated")
 
 
+# what the server records of its overlap estimates each round (Table III): how well they rank
+# the clients and separate those that share nodes, and the error of the pairwise node ratios
+ESTIMATION = register_metrics({k: ServerRecord(k) for k in ("overlap_rank_corr",
+                                                            "separation_auc")})
+NODE_RATIOS = register_metrics({"node_ratio_mae": ServerRecord("node_ratio_mae")})
 
 ESTIMATES = [Variant("fairgfl", "fairgfl"),
              # a larger feature budget: fewer false matches between privatised encodings
@@ -243,7 +265,7 @@ TABLE3 = register(Preset(
                 "rank the clients and separate those that share nodes from those that do not",
     variants=ESTIMATES,
     datasets=["Cora", "CiteSeer"],
-    metrics=("overlap_rank_corr", "separation_auc", "node_ratio_mae"),
+    metrics=(*ESTIMATION, *NODE_RATIOS),
     base=[*BASE, IMBALANCED], seeds=1, quick=["rounds=20"], quick_seeds=1,
     dataset_overrides=DATASET_OVERRIDES, cell_overrides=encoded_widths(ESTIMATES),
     figures=[overlap_scatter],
@@ -273,7 +295,6 @@ def motivation_bars(rows: list[dict], out: Path) -> Path:
                        "and balanced overlap")
 
 
-ESTIMATION = ("overlap_rank_corr", "separation_auc")
 RUNNABLE = ["Cora", "CiteSeer"]
 # the grids spec §7.5 F1-F2 recommends for the lost ones: eps_v around its default, eps_e
 # around Table V's 1

@@ -9,10 +9,49 @@ select ``max`` by default; ``--select final`` gives the last round's values.
 
 from __future__ import annotations
 
-from graphfed.reproduce.figures import f1_curves
-from graphfed.reproduce.preset import Preset, Variant, paper_numbers, register
+from dataclasses import dataclass
 
-F1_METRICS = ("local_f1", "global_f1")
+from graphfed.reproduce.figures import f1_curves
+from graphfed.reproduce.plan import Cell
+from graphfed.reproduce.preset import Preset, Variant, paper_numbers, register
+from graphfed.reproduce.score import (
+    WHOLE_RUN,
+    Metric,
+    Reading,
+    RoundValue,
+    Scoring,
+    WallTime,
+    each_seed,
+    register_metrics,
+    seed_lines,
+)
+
+MIB = 2**20
+
+
+@dataclass(frozen=True)
+class UploadMiB(Metric):
+    """A seed's upload over its rounds in MiB (Table 9): the ego-graphs FedEgo's clients send
+    (``ego``), or everything else they send (the model parameters)."""
+
+    ego: bool
+
+    def read(self, cells: list[Cell], scoring: Scoring) -> Reading:
+        def upload(cell: Cell, seed: int) -> float:
+            lines = [line for line in seed_lines(cell, seed) if line["round"] > 0]
+            ego = sum(line.get("server", {}).get("upload_ego_bytes", 0) for line in lines)
+            return (ego if self.ego else sum(x["bytes_up"] for x in lines) - ego) / MIB
+
+        return each_seed(cells, upload), WHOLE_RUN
+
+
+# micro-F1 is accuracy for single-label nodes: on the clients' local test nodes, and their
+# models on the global test graph
+F1_METRICS = register_metrics({"local_f1": RoundValue("test_acc"),
+                               "global_f1": RoundValue("client_global_test_acc")})
+COST = register_metrics({"ego_mib": UploadMiB(True, decimals=1),
+                         "param_mib": UploadMiB(False, decimals=1),
+                         "minutes": WallTime(decimals=1)})
 PROTOCOL = ["num_clients=5", "model.hidden=512", "model.dropout=0.5", "optimizer.name=adam",
             "optimizer.lr=0.0003", "optimizer.weight_decay=0.0", "optimizer.persistent=true",
             "rounds=200", "local_epochs=5", "batch_size=32", "client_global_eval=true",
@@ -57,17 +96,18 @@ NOTES = ("local_f1 / global_f1: the client-averaged micro-F1 on local test nodes
 
 def _preset(name: str, description: str, variants: list[Variant], datasets: list[str],
             base: list[str], paper: dict, seeds: int = 4, metrics=F1_METRICS,
-            dataset_overrides: dict | None = None, notes: str = NOTES) -> Preset:
+            dataset_overrides: dict | None = None, notes: str = NOTES, cost: str = "") -> Preset:
     return register(Preset(
         name=name, description=description, variants=variants, datasets=datasets,
         metrics=metrics, base=PROTOCOL + base, seeds=seeds, quick=QUICK, quick_seeds=2,
-        dataset_overrides=dataset_overrides or {}, paper=paper, reference="", select="max",
-        figures=[f1_curves], notes=notes))
+        dataset_overrides=dataset_overrides or {}, paper=paper, select="max",
+        figures=[f1_curves], notes=notes, cost=cost))
 
 
 _preset("fedego-table2-3", "FedEgo Tables 2-3: label skew, local and global micro-F1",
         METHODS, DATASETS, LABEL_SKEW, paper_numbers("fedego", "table2", "table3"),
-        dataset_overrides=LABEL_DATASET_OVERRIDES)
+        dataset_overrides=LABEL_DATASET_OVERRIDES,
+        cost="about 23 CPU-hours on Cora and CiteSeer (docs/results/fedego.md)")
 _preset("fedego-table4-5", "FedEgo Tables 4-5: Louvain split, local and global micro-F1",
         METHODS, DATASETS, LOUVAIN, paper_numbers("fedego", "table4", "table5"),
         dataset_overrides=DATASET_OVERRIDES,
@@ -99,4 +139,4 @@ _preset("fedego-batch", "FedEgo Table 9: F1, time and upload MiB per batch size 
         [Variant("fedavg", "fedavg", tuple(BASELINE))]
         + [Variant(f"fedego[b={b}]", "fedego", (f"batch_size={b}",)) for b in BATCHES],
         ["Cora", "CiteSeer"], LABEL_SKEW, paper_numbers("fedego", "table9"), seeds=1,
-        metrics=(*F1_METRICS, "ego_mib", "param_mib", "minutes"))
+        metrics=(*F1_METRICS, *COST))

@@ -6,12 +6,72 @@ Paper numbers are those printed in the paper (spec ``shared/specs/fgfl.md`` sect
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from graphfed.build import federated_data
 from graphfed.data.partition.graph import quality_tier_flips
+from graphfed.errors import GraphfedError
+from graphfed.mechanisms.payoff import PAYOFF_BASELINES
+from graphfed.metrics import pearson
 from graphfed.reproduce.figures import grouped_bars, tradeoff_scatter
+from graphfed.reproduce.plan import Cell
 from graphfed.reproduce.preset import Preset, Variant, paper_numbers, register
+from graphfed.reproduce.score import (
+    WHOLE_RUN,
+    Metric,
+    Reading,
+    RoundValue,
+    Scoring,
+    register_metrics,
+    seed_lines,
+    seed_round,
+)
+
+
+def fairness_vectors(reference: Cell, cell: Cell, on: str = "local",
+                     rule: str = "final") -> dict[int, dict]:
+    """Per seed: both per-agent accuracy vectors (on each agent's local test set, or on the
+    global test set) and their Pearson correlation; each run's vector is from the round the
+    rule picks for its client-mean accuracy on that test set."""
+    key, mean_key = (("test_acc", "test_acc") if on == "local"
+                     else ("global_acc", "client_global_test_acc"))
+    out = {}
+    for seed in cell.summary["seeds"]:
+        alone = [c[key] for c in seed_round(reference, seed, mean_key, rule)["clients"]]
+        together = [c[key] for c in seed_round(cell, seed, mean_key, rule)["clients"]]
+        out[seed] = {"self_train": alone, "federated": together,
+                     "pearson": pearson(alone, together)}
+    return out
+
+
+@dataclass(frozen=True)
+class GradientFairness(Metric):
+    """Model-gradient fairness: per seed, the Pearson correlation of the per-agent accuracies
+    of the preset's reference run (self-training) and of the federated run, of the same setting
+    and fold; the vectors go to ``vectors.json``. The reference itself has no row."""
+
+    def read(self, cells: list[Cell], scoring: Scoring) -> Reading | None:
+        values = None
+        for cell in cells:
+            reference = scoring.references.get((cell.dataset, cell.fold))
+            if reference is None or reference is cell:
+                continue
+            pairs = fairness_vectors(reference, cell, scoring.fairness_on, scoring.rule)
+            fold = "" if cell.fold is None else f"/fold={cell.fold}"
+            scoring.vectors[f"{cell.variant.method}/{cell.dataset}{fold}"] = pairs
+            values = (values or []) + [p["pearson"] for p in pairs.values()]
+        if values is None and cells:
+            return None
+        return values, scoring.rule
+
+
+# personalised accuracy: each agent's own model on its local test graphs; global: the global
+# model on the global test graphs
+ACCURACY = register_metrics({"personalized_acc": RoundValue("test_acc"),
+                             "global_acc": RoundValue("global_test_acc")})
+FAIRNESS = register_metrics({"gradient_fairness": GradientFairness()})
+TABLE_METRICS = (*ACCURACY, *FAIRNESS)
 
 TRAINING = ["model=gin", "model.hidden=64", "model.layers=3", "model.dropout=0.5",
             "model.pooling=add", "num_clients=10", "rounds=200", "local_epochs=1",
@@ -46,9 +106,8 @@ TABLE2 = register(Preset(
     name="fgfl-table2",
     description="FGFL Table 2: 12 methods on PROTEINS, DD, IMDB-BINARY",
     variants=METHODS, datasets=DATASETS,
-    metrics=("personalized_acc", "global_acc", "gradient_fairness"),
-    base=PROTOCOL, quick=QUICK, paper=paper_numbers("fgfl", "table2"),
-    cell_overrides=GCFL_OVERRIDES,
+    metrics=TABLE_METRICS, base=PROTOCOL, quick=QUICK, paper=paper_numbers("fgfl", "table2"),
+    reference="self-train", cell_overrides=GCFL_OVERRIDES,
     notes="Personalised accuracy: mean over agents of each agent's model on its local test "
           "graphs; global accuracy: the global model on the 10% global test graphs (methods "
           "without a global model have none); gradient fairness: Pearson correlation of the "
@@ -79,9 +138,8 @@ PAPER_SPEC_PRESET = register(Preset(
     description="FGFL with the defaults and with every paper-or-code option at the paper's "
                 "setting (PAPER_SPEC), Table 2's protocol",
     variants=[Variant("fgfl", "fgfl"), Variant("fgfl[paper-spec]", "fgfl", PAPER_SPEC)],
-    datasets=DATASETS,
-    metrics=("personalized_acc", "global_acc", "gradient_fairness"),
-    base=PROTOCOL, quick=QUICK,
+    datasets=DATASETS, metrics=TABLE_METRICS, base=PROTOCOL, quick=QUICK,
+    reference="self-train",
     paper={k: v for k, v in paper_numbers("fgfl", "table2").items() if k[0] == "fgfl"},
     notes="fgfl[paper-spec] sets " + ", ".join(PAPER_SPEC) + "; the other options' defaults "
           "are already the paper's (value_update, proto_weights, mask_mode, shared_params, "
@@ -100,11 +158,39 @@ ABLATION = register(Preset(
     description="FGFL Table 4: ablations on PROTEINS",
     variants=[Variant("self-train", "local")] + [
         Variant(m, "fgfl", s) for m, s in _SWITCHES.items()],
-    datasets=["PROTEINS"],
-    metrics=("personalized_acc", "global_acc", "gradient_fairness"),
-    base=PROTOCOL, quick=QUICK, paper=paper_numbers("fgfl", "table4")))
+    datasets=["PROTEINS"], metrics=TABLE_METRICS, base=PROTOCOL, quick=QUICK,
+    reference="self-train", paper=paper_numbers("fgfl", "table4")))
+
+@dataclass(frozen=True)
+class GroupPayoff(Metric):
+    """The mean payoff per round per agent of one data-quality group (``Preset.groups``), one
+    value per seed asked for (a volume-based baseline runs nothing)."""
+
+    group: str
+
+    def read(self, cells: list[Cell], scoring: Scoring) -> Reading:
+        members = scoring.preset.groups[self.group]
+        return [sum(payoffs[c] for c in members) / len(members) for cell in cells
+                for payoffs in (payoff_per_agent(cell, s) for s in scoring.seeds)], WHOLE_RUN
+
+
+def payoff_per_agent(cell: Cell, seed: int) -> list[float]:
+    """Each agent's mean payoff per round in one seed of ``cell``."""
+    if cell.variant.algorithm is None:  # a volume-based baseline: the same payoff every round
+        data = federated_data(cell.config, seed)
+        sizes = [c.num_samples("train") for c in data.clients]
+        return PAYOFF_BASELINES[cell.variant.method](sizes, 1.0)
+    rounds = [line["server"]["payoff"] for line in seed_lines(cell, seed)
+              if line["round"] > 0 and "payoff" in line.get("server", {})]
+    if not rounds:
+        raise GraphfedError(f"{cell.variant.method} records no payoff; it cannot fill a payoff "
+                            "table")
+    return [sum(r[c] for r in rounds) / len(rounds) for c in range(len(rounds[0]))]
+
 
 FLIPS, GROUPS = quality_tier_flips(10, seed=0)
+PAYOFFS = register_metrics({f"payoff_{g}": GroupPayoff(g, decimals=4)
+                            for g in ("high", "medium", "low")})
 
 
 def _payoff_figure(rows: list[dict], out: Path) -> Path:
@@ -119,7 +205,7 @@ PAYOFF = register(Preset(
               Variant("fgfl[shared=convs]", "fgfl", ("fgfl.shared_params=convs",))] + [
         Variant(m, None) for m in ("equal", "individual", "union", "shapley")],
     datasets=["PROTEINS", "IMDB-BINARY"],
-    metrics=("payoff_high", "payoff_medium", "payoff_low"),
+    metrics=PAYOFFS,
     base=[*PROTOCOL, f"partition.edge_flip={FLIPS}"], quick=QUICK, groups=GROUPS,
     figures=[_payoff_figure],
     notes=f"Perturbed setting: agents {GROUPS['low']} low quality, {GROUPS['medium']} medium, "
@@ -141,9 +227,8 @@ TRADEOFF = register(Preset(
     variants=[Variant("self-train", "local")] + [
         Variant(f"{m}[beta={b}]", m, (f"{m}.beta={b}", f"{m}.reward_shape=tanh"))
         for m in ("fgfl", "cgsv", "dw", "eu", "cffl") for b in BETAS],
-    datasets=["PROTEINS"],
-    metrics=("personalized_acc", "gradient_fairness"),
-    base=PROTOCOL, quick=QUICK, figures=[_tradeoff_figure],
+    datasets=["PROTEINS"], metrics=("personalized_acc", *FAIRNESS), base=PROTOCOL,
+    quick=QUICK, reference="self-train", figures=[_tradeoff_figure],
     notes="Every point sizes rewards by tanh(beta r), as FGFL's code does for all its reward "
           "baselines; CFFL (RFFL) would otherwise use r / max r, where beta does nothing. The "
           "paper gives this result as a figure only (no numbers)."))

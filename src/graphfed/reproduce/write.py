@@ -1,0 +1,75 @@
+"""Write a reproduction's rows: ``table.csv`` for tools, ``table.md`` for people, and the
+preset's figures, all from the same rows."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from graphfed.reproduce.preset import Preset
+from graphfed.reproduce.score import WHOLE_RUN, metric_kind
+from graphfed.reproduce.selection import tag
+
+# nan_seeds: how many of a row's seeds recorded NaN (a client whose model diverged leaves its
+# loss, and the measures over every client's loss, NaN) and were left out of its mean
+COLUMNS = ("method", "dataset", "metric", "ours_mean", "ours_std", "paper", "select",
+           "nan_seeds")
+
+
+def _fmt(value: float | None) -> str:
+    return "" if value is None else f"{value:.4f}"
+
+
+def gap(row: dict, tolerance: float = 0.03) -> str:
+    """ours − paper on the means, marked ``short`` when more than ``tolerance`` below."""
+    if row["ours_mean"] is None or not row["paper"]:
+        return ""
+    diff = row["ours_mean"] - float(row["paper"].split("±")[0])
+    return f"{diff:+.3f}" + (" (short)" if diff < -tolerance else "")
+
+
+def format_ours(row: dict) -> str:
+    """``mean ± std`` with the metric's decimals, seeds left out as NaN counted beside it."""
+    nan = row.get("nan_seeds", 0)
+    left_out = f" (NaN in {nan} seed{'s' if nan > 1 else ''}, left out)" if nan else ""
+    if row["ours_mean"] is None:
+        return "–" + left_out
+    d = metric_kind(row["metric"]).decimals
+    return f"{row['ours_mean']:.{d}f} ± {row['ours_std']:.{d}f}{left_out}"
+
+
+def write_tables(rows: list[dict], out: Path, title: str, notes: str, rule: str) -> None:
+    """``table.csv`` and ``table.md``; a row whose selector is not the title's ``rule`` names
+    its own beside the metric."""
+    with (out / "table.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({**row, "ours_mean": _fmt(row["ours_mean"]),
+                             "ours_std": _fmt(row["ours_std"])})
+    lines = [f"# {title}", "", "| method | dataset | metric | ours | paper | ours − paper |",
+             "|---|---|---|---|---|---|"]
+    for row in rows:
+        metric = row["metric"] if row["select"] in (rule, WHOLE_RUN) else (
+            f"{row['metric']}, {tag(row['select'])}")
+        lines.append(f"| {row['method']} | {row['dataset']} | {metric} | "
+                     f"{format_ours(row)} | {row['paper'] or ''} | {gap(row)} |")
+    if notes:
+        lines += ["", notes]
+    (out / "table.md").write_text("\n".join(lines) + "\n")
+
+
+def publish(preset: Preset, rows: list[dict], out: Path, title: str, rule: str) -> None:
+    """The tables, then the preset's figures."""
+    write_tables(rows, out, title, preset.notes, rule)
+    for figure in preset.figures:
+        figure(rows, out)
+
+
+def scope(count: int, folds: list[int | None], quick: bool, overrides: tuple[str, ...]) -> str:
+    """What a table's numbers pool: the seeds (each fold's repeats), the folds, the changes."""
+    scope = f"{count} seed{'s' if count != 1 else ''}"
+    if folds != [None]:
+        scope = f"folds 0-{folds[-1]} x {scope} each"
+    changed = f", with {' '.join(overrides)}" if overrides else ""
+    return f"{scope}{', quick' if quick else ''}{changed}"
