@@ -6,6 +6,7 @@ from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from graphfed.cli import app
@@ -37,12 +38,13 @@ def test_the_code_split_table_differs_from_table2_only_in_the_split():
         o for o in table2.base if not o.startswith("partition")]
 
 
-def test_the_markdown_table_marks_a_shortfall():
+def test_the_markdown_table_marks_a_gap_beyond_the_tolerance_either_way():
     from graphfed.reproduce.write import gap
 
     row = {"ours_mean": 0.70, "ours_std": 0.01, "paper": "0.751±0.017"}
     assert gap(row) == "-0.051 (short)"
     assert gap({**row, "ours_mean": 0.74}) == "-0.011"
+    assert gap({**row, "ours_mean": 0.80}) == "+0.049 (above)"
     assert gap({**row, "paper": ""}) == ""
 
 
@@ -107,6 +109,9 @@ def test_tiny_payoff_reproduction_writes_the_table_contract(tmp_path, monkeypatc
         total = sum(cells[(method, f"payoff_{g}")] * n for g, n in group_sizes.items())
         assert total == pytest.approx(1.0, abs=2e-3)
     assert (out / "payoff.png").stat().st_size > 0 and (out / "table.md").is_file()
+    made = json.loads((out / "provenance.json").read_text())  # the code behind the table
+    assert made["engine"] == ["sequential"] and made["torch"] == torch.__version__
+    assert made["commit"] is None or len(made["commit"]) == 40
     # a second call reuses the finished cell instead of training again
     again, _, _ = reproduce("fgfl-payoff", methods=["fgfl"], datasets=["PROTEINS"], seeds=1,
                             quick=True, out=tmp_path / "r", progress=False)

@@ -72,7 +72,8 @@ def reproduce(name: str, methods: list[str] | None = None, datasets: list[str] |
         (out / "vectors.json").write_text(json.dumps(scoring.vectors, indent=1))
         title = f"{name}: {preset.description} ({scope(count, fold_list, quick, overrides)}; " \
                 f"select {rule}: {SELECTORS[rule]})"
-        publish(preset, rows, out, title, rule)
+        publish(preset, rows, out, title, rule,
+                [c.config.engine for c in cells if c.config is not None])
     return out, rows, list(dict.fromkeys(r for r in reasons.values() if r is not None))
 
 
@@ -92,5 +93,5 @@ def _computed(preset: Preset, seeds: int, out: Path) -> tuple[Path, list[dict], 
     rows = [{**row, "paper": preset.paper.get((row["method"], row["dataset"], row["metric"]), ""),
              "select": WHOLE_RUN} for row in preset.computed(seeds)]
     title = f"{preset.name}: {preset.description} ({seeds} seed{'s' if seeds != 1 else ''})"
-    publish(preset, rows, out, title, WHOLE_RUN)
+    publish(preset, rows, out, title, WHOLE_RUN, [])
     return out, rows, []

@@ -4,6 +4,11 @@ preset's figures, all from the same rows."""
 from __future__ import annotations
 
 import csv
+import json
+import shlex
+import subprocess
+import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 from graphfed.reproduce.preset import Preset
@@ -21,11 +26,13 @@ def _fmt(value: float | None) -> str:
 
 
 def gap(row: dict, tolerance: float = 0.03) -> str:
-    """ours − paper on the means, marked ``short`` when more than ``tolerance`` below."""
+    """ours − paper on the means, marked ``short`` or ``above`` beyond ``tolerance``: a cell
+    far above the paper is as much a finding as one far below."""
     if row["ours_mean"] is None or not row["paper"]:
         return ""
     diff = row["ours_mean"] - float(row["paper"].split("±")[0])
-    return f"{diff:+.3f}" + (" (short)" if diff < -tolerance else "")
+    mark = " (short)" if diff < -tolerance else " (above)" if diff > tolerance else ""
+    return f"{diff:+.3f}{mark}"
 
 
 def format_ours(row: dict) -> str:
@@ -59,11 +66,40 @@ def write_tables(rows: list[dict], out: Path, title: str, notes: str, rule: str)
     (out / "table.md").write_text("\n".join(lines) + "\n")
 
 
-def publish(preset: Preset, rows: list[dict], out: Path, title: str, rule: str) -> None:
-    """The tables, then the preset's figures."""
+def publish(preset: Preset, rows: list[dict], out: Path, title: str, rule: str,
+            engines: list[str]) -> None:
+    """The tables, what produced them (``provenance.json``), then the preset's figures."""
     write_tables(rows, out, title, preset.notes, rule)
+    (out / "provenance.json").write_text(json.dumps(provenance(engines), indent=1) + "\n")
     for figure in preset.figures:
         figure(rows, out)
+
+
+def provenance(engines: list[str]) -> dict:
+    """The code and command behind a table: the checkout's commit (None outside one) and
+    whether it had uncommitted changes, the command line, the engines its cells trained on."""
+    from importlib.metadata import version
+
+    import torch
+
+    source = Path(__file__).resolve().parent
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(source), *args], capture_output=True,
+                                  text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    return {"commit": commit,
+            "dirty": None if commit is None else bool(git("status", "--porcelain", "--", ".")),
+            "command": shlex.join(["graphfed", *sys.argv[1:]]) if sys.argv[0].endswith(
+                "graphfed") else shlex.join(sys.argv),
+            "engine": sorted(set(engines)) or ["none (computed)"],
+            "graphfed": version("graphfed"), "torch": torch.__version__,
+            "written": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
 
 def scope(count: int, folds: list[int | None], quick: bool, overrides: tuple[str, ...]) -> str:
