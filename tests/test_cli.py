@@ -163,7 +163,10 @@ def test_algorithms_lists_the_registry_as_json_and_the_docs_show_its_table():
     assert result.exit_code == 0
     rows = json.loads(result.output)
     assert {r["name"] for r in rows} == set(load_all())
-    assert all(set(r) == {"name", "aliases", "family", "levels", "paper"} for r in rows)
+    assert all(set(r) == {"name", "aliases", "family", "levels", "paper", "batched"}
+               for r in rows)
+    assert {r["name"] for r in rows if r["batched"]} == {
+        name for name, a in load_all().items() if a.batched}
     table = invoke("algorithms", "--markdown").output.strip()
     root = Path(__file__).resolve().parents[1]
     for page in ("README.md", "docs/algorithms.md"):  # regenerate with --markdown when stale

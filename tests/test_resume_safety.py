@@ -12,8 +12,10 @@ import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -316,3 +318,26 @@ def test_a_run_failing_after_a_checkpoint_says_how_to_resume(tmp_path, monkeypat
     assert "run stopped: seed 0, round 3: no client returned a valid reply" in result.stderr
     assert f"resume with graphfed run --resume {out / 'stopped'}" in result.stderr
     assert torch.load(checkpoint(out / "stopped"), weights_only=False)["round"] == 2
+
+
+@require("Cora")
+def test_ctrl_c_on_a_run_names_its_directory_and_how_to_continue(tmp_path):
+    """SIGINT mid-run: one line saying how to continue, exit code 130, no traceback; the
+    directory was named when the run began, and --resume then finishes it."""
+    (tmp_path / "runs" / "ctrlc").mkdir(parents=True)  # the name is taken: said at the start
+    command = [sys.executable, "-m", "graphfed.cli", "run", "dataset=Cora", "num_clients=2",
+               "rounds=400", "checkpoint_every=1", "eval_every=100", "name=ctrlc",
+               "--out", str(tmp_path / "runs"), "--quiet"]
+    process = subprocess.Popen(command, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    checkpoint = tmp_path / "runs" / "ctrlc-2" / "seed-0" / "checkpoint.pt"
+    deadline = time.monotonic() + 120
+    while not checkpoint.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130
+    assert "Traceback" not in stderr
+    lines = stderr.strip().splitlines()
+    assert lines[0].startswith("run directory:") and "ctrlc-2" in lines[0] and "taken" in lines[0]
+    assert lines[-1] == (f"interrupted; graphfed run --resume {tmp_path / 'runs' / 'ctrlc-2'} "
+                         "continues it from its last checkpoint")

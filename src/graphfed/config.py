@@ -76,14 +76,13 @@ class ExperimentConfig(BaseModel):
     checkpoint_every: int = Field(10, ge=0, description="0: never")
     engine: Literal["sequential", "batched"] = Field(
         "sequential", description="in-process runtime: train the sampled clients one after "
-        "another, or together in one stacked pass (algorithms registered batched: fedamp, "
-        "fedavg, fedgcn, fedprox, fedsage, local, qfedavg, scaffold; a client the engine "
-        "cannot batch trains alone)")
+        "another, or together in one stacked pass (the algorithms registered batched: "
+        "graphfed algorithms --json; a client the engine cannot batch trains alone)")
     cuda_graphs: bool = Field(
         False, description="with engine=batched on a CUDA device: record a group's local "
         "training as a CUDA graph the second time the same clients train on whole graphs "
-        "(node level, full batch), then replay it, one launch for hundreds; not yet timed "
-        "on a GPU (docs/performance.md)")
+        "(node level, full batch), then replay it, one launch for hundreds (timed on an H200: "
+        "docs/performance.md)")
     runtime: Literal["simulation", "flower-sim", "flower"] = Field(
         "simulation", description="simulation: in-process; flower-sim: Flower's simulation "
         "engine; flower: a SuperLink and its SuperNodes")

@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -67,6 +68,15 @@ FINAL_KEYS = ("test_acc", "test_acc_std", "test_macro_f1", "test_loss", "val_acc
 CHECKPOINT = "checkpoint.pt"
 
 log = logging.getLogger(__name__)
+
+
+class RunInterrupted(Exception):
+    """The run was interrupted (Ctrl-C); ``run_dir`` keeps its checkpoints and finished seeds."""
+
+    def __init__(self, run_dir: Path):
+        super().__init__(f"interrupted; graphfed run --resume {run_dir} continues it from its "
+                         "last checkpoint")
+        self.run_dir = run_dir
 
 
 class RunFailed(RoundFailed):
@@ -335,9 +345,11 @@ def run_experiment(config: ExperimentConfig, out: str | Path = "runs",
     first = build_federation(config, config.run_seeds[0])
     for seed in config.run_seeds[1:]:  # cached: each seed's run reloads it
         federated_data(config, seed)
-    run_dir = new_run_dir(config, Path(out))
+    run_dir = new_run_dir(config, Path(out), announce=True)
     try:
         return run_dir, execute(config, run_dir, first, progress, resume=False)
+    except KeyboardInterrupt:
+        raise RunInterrupted(run_dir) from None
     except RunFailed as e:
         if e.resumable:
             raise
@@ -346,11 +358,13 @@ def run_experiment(config: ExperimentConfig, out: str | Path = "runs",
                         resumable=False) from None
 
 
-def new_run_dir(config: ExperimentConfig, out: Path) -> Path:
+def new_run_dir(config: ExperimentConfig, out: Path, announce: bool = False) -> Path:
     """A fresh run directory holding the resolved ``config.yaml``; an output directory that is
-    a file or cannot be written is one readable error, and leaves no empty run directory."""
+    a file or cannot be written is one readable error, and leaves no empty run directory.
+    ``announce``: name it on stderr at once, and the taken name it stands in for."""
+    name = _run_name(config)
     try:
-        run_dir = _new_run_dir(out, _run_name(config))
+        run_dir = _new_run_dir(out, name)
     except OSError as e:
         raise GraphfedError(f"cannot make a run directory under --out {out}: {e.strerror} "
                             f"({e.filename}); choose a writable directory") from None
@@ -359,6 +373,9 @@ def new_run_dir(config: ExperimentConfig, out: Path) -> Path:
     except OSError as e:
         shutil.rmtree(run_dir, ignore_errors=True)
         raise GraphfedError(f"cannot write {run_dir / 'config.yaml'}: {e.strerror}") from None
+    if announce:
+        taken = f" ({out / name} is taken)" if run_dir.name != name else ""
+        print(f"run directory: {run_dir}{taken}", file=sys.stderr, flush=True)
     return run_dir
 
 
@@ -372,4 +389,7 @@ def resume_experiment(run_dir: str | Path, progress: bool = True) -> tuple[Path,
     if config.runtime != "simulation":
         raise ConfigError(f"--resume works on runtime=simulation only: a {config.runtime} run's "
                           "client states live on its nodes and end with the run")
-    return run_dir, execute(config, run_dir, None, progress, resume=True)
+    try:
+        return run_dir, execute(config, run_dir, None, progress, resume=True)
+    except KeyboardInterrupt:
+        raise RunInterrupted(run_dir) from None

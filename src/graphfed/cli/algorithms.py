@@ -23,7 +23,7 @@ def markdown_table(rows: list[dict]) -> str:
 
 def algorithms(
     as_json: Annotated[bool, typer.Option("--json", help="a JSON list of objects with name, "
-                                          "aliases, family, levels, paper")] = False,
+                                          "aliases, family, levels, paper, batched")] = False,
     markdown: Annotated[bool, typer.Option("--markdown", help="the table the README and the "
                                            "docs show")] = False,
 ) -> None:
@@ -31,7 +31,7 @@ def algorithms(
     from graphfed.algorithms.registry import load_all
 
     rows = [{"name": a.name, "aliases": list(a.aliases), "family": a.family,
-             "levels": list(a.levels), "paper": a.paper}
+             "levels": list(a.levels), "paper": a.paper, "batched": a.batched}
             for a in sorted(load_all().values(), key=lambda a: (a.family, a.name))]
     if as_json:
         typer.echo(json.dumps(rows, indent=2))

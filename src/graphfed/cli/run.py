@@ -27,7 +27,7 @@ def run(
     A round every client fails stops the run: with a checkpoint to continue from it says so
     (exit code 1); with none, the run failed outright and a resume cannot help (exit code 2)."""
     from graphfed.config import load_config
-    from graphfed.experiment import RunFailed
+    from graphfed.experiment import RunFailed, RunInterrupted
     from graphfed.launch import resume as resume_run
     from graphfed.launch import run as launch_run
     from graphfed.runtime.base import RoundFailed
@@ -45,6 +45,9 @@ def run(
             config_path, overrides = split_args(args or [])
             config = load_config(config_path, overrides)
             run_dir, summary = launch_run(config, out, progress=not quiet)
+    except RunInterrupted as e:  # one line saying how to continue, the shell's code for SIGINT
+        errors.print(str(e), highlight=False, soft_wrap=True)
+        raise typer.Exit(130) from None
     except RoundFailed as e:  # RunFailed, or a Flower deployment's own
         if isinstance(e, RunFailed) and not e.resumable:
             fail(str(e))
