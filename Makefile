@@ -28,10 +28,12 @@ TEST_WORKERS ?= 2
 test: setup
 	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
-# ruff, and the import contracts of pyproject.toml (the layers; a new import cycle fails)
+# ruff, the import contracts of pyproject.toml (the layers; a new import cycle fails) and mypy,
+# strict on the modules [tool.mypy] lists (its cache in .mypy_cache)
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 bench: setup
 	$(VENV)/bin/python benchmarks/round_time.py

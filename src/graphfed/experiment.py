@@ -17,7 +17,6 @@ import json
 import logging
 import os
 import shutil
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -70,8 +69,9 @@ CHECKPOINT = "checkpoint.pt"
 log = logging.getLogger(__name__)
 
 
-class RunInterrupted(Exception):
-    """The run was interrupted (Ctrl-C); ``run_dir`` keeps its checkpoints and finished seeds."""
+class RunInterrupted(KeyboardInterrupt):
+    """The run was interrupted (Ctrl-C); ``run_dir`` keeps its checkpoints and finished seeds.
+    Still a KeyboardInterrupt for callers that stop on one; the CLI says how to continue."""
 
     def __init__(self, run_dir: Path):
         super().__init__(f"interrupted; graphfed run --resume {run_dir} continues it from its "
@@ -361,7 +361,7 @@ def run_experiment(config: ExperimentConfig, out: str | Path = "runs",
 def new_run_dir(config: ExperimentConfig, out: Path, announce: bool = False) -> Path:
     """A fresh run directory holding the resolved ``config.yaml``; an output directory that is
     a file or cannot be written is one readable error, and leaves no empty run directory.
-    ``announce``: name it on stderr at once, and the taken name it stands in for."""
+    ``announce``: name it at once, and the taken name it stands in for."""
     name = _run_name(config)
     try:
         run_dir = _new_run_dir(out, name)
@@ -375,7 +375,7 @@ def new_run_dir(config: ExperimentConfig, out: Path, announce: bool = False) -> 
         raise GraphfedError(f"cannot write {run_dir / 'config.yaml'}: {e.strerror}") from None
     if announce:
         taken = f" ({out / name} is taken)" if run_dir.name != name else ""
-        print(f"run directory: {run_dir}{taken}", file=sys.stderr, flush=True)
+        print(f"run directory: {run_dir}{taken}", flush=True)
     return run_dir
 
 

@@ -20,17 +20,19 @@ from __future__ import annotations
 
 import functools
 import operator
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import Tensor
 
 from graphfed.tensors import Params
 from graphfed.training import replay
-from graphfed.training.batches import PreparedClient, PreparedNodeClient
+from graphfed.training.batches import GraphBatch, NodeBatch, PreparedClient, PreparedNodeClient
 from graphfed.training.grouping import by_size_group, step_size
 from graphfed.training.joined import joins
-from graphfed.training.padded import NodeLayout, node_layout
+from graphfed.training.padded import Cache, NodeLayout, node_layout
 from graphfed.training.stacked_losses import graph_losses, joined_backward, node_losses
 from graphfed.training.stacked_optim import StackedOptimizer
 from graphfed.training.step import LocalStep, linear_penalty, proximal_penalty
@@ -62,7 +64,7 @@ def batch_refusal(trainer: Trainer, data: PreparedClient) -> str | None:
 
 
 def train_together(trainer: Trainer, jobs: list[ClientJob], epochs: int,
-                   batch_size: int | None, cache: dict | None = None,
+                   batch_size: int | None, cache: Cache | None = None,
                    joined: bool | None = None, record: bool = False
                    ) -> list[tuple[Params, TrainStats]]:
     """Each job's ``LocalStep`` for ``epochs``, as ``Trainer.train`` returns it (the trained
@@ -88,11 +90,13 @@ def train_together(trainer: Trainer, jobs: list[ClientJob], epochs: int,
 
 
 def _train_group(trainer: Trainer, jobs: list[ClientJob], epochs: int,
-                 batch_size: int | None, cache: dict | None, joined: bool = False,
+                 batch_size: int | None, cache: Cache | None, joined: bool = False,
                  record: bool = False) -> list[tuple[Params, TrainStats]]:
-    """``train_together`` for one group: all its clients in one stacked pass per step."""
+    """``train_together`` for one group: all its clients in one stacked pass per step (the
+    clients of one level, as the first one: their batches are all ``NodeBatch`` or all
+    ``GraphBatch``)."""
     model, device, clients = trainer.model, trainer.device, len(jobs)
-    layout = (node_layout([j.data for j in jobs], cache)
+    layout = (node_layout(cast(list[PreparedNodeClient], [j.data for j in jobs]), cache)
               if isinstance(jobs[0].data, PreparedNodeClient) else None)
     whole = batch_size is None or batch_size >= max(j.data.num_samples("train") for j in jobs)
     if record and layout is not None and whole and cache is not None and replay.available(
@@ -112,8 +116,9 @@ def _train_group(trainer: Trainer, jobs: list[ClientJob], epochs: int,
     step = 0
     for _ in range(epochs):
         # each client's own epoch of batches, shuffled by its own generator
-        epoch = [iter(j.data.batches("train", batch_size, True, g))
-                 for j, g in zip(jobs, generators, strict=True)]
+        epoch: list[Iterator[NodeBatch | GraphBatch]] = [
+            iter(j.data.batches("train", batch_size, True, g))
+            for j, g in zip(jobs, generators, strict=True)]
         while True:
             chosen = [next(batches, None) for batches in epoch]
             if all(b is None for b in chosen):
@@ -123,11 +128,14 @@ def _train_group(trainer: Trainer, jobs: list[ClientJob], epochs: int,
             weight = None if active is None else active.float()  # None: every client steps
             terms = []  # per client, still to be backpropagated
             if joined:  # the losses' gradients are in the stacks already
-                loss, counts = joined_backward(model, live, keys, step, chosen, weight)
+                loss, counts = joined_backward(model, live, keys, step,
+                                               cast(list[GraphBatch | None], chosen), weight)
             else:
                 loss, counts = (
-                    node_losses(model, live, keys, step, layout, chosen, whole)
-                    if layout is not None else graph_losses(model, live, keys, step, chosen))
+                    node_losses(model, live, keys, step, layout,
+                                cast(list[NodeBatch | None], chosen), whole)
+                    if layout is not None else graph_losses(
+                        model, live, keys, step, cast(list[GraphBatch | None], chosen)))
                 terms.append(loss)
             _descend(live, optimizer, terms + penalties.terms(live), weight, active)
             total += loss.detach() * counts
@@ -200,6 +208,7 @@ class _Penalties:
         """The terms ``[K]`` each client adds to its loss."""
         terms = []
         if self.anchor is not None:
+            assert self.mu is not None  # made with the anchor
             terms.append(proximal_penalty(self.mu, live, self.anchor, clients=True))
         if self.offset is not None:
             terms.append(linear_penalty(self.offset, live, clients=True))
@@ -210,7 +219,7 @@ REPLAY_KEY = "replay"  # a group cache's recording, beside its layout
 
 
 def _train_replayed(trainer: Trainer, jobs: list[ClientJob], epochs: int, layout: NodeLayout,
-                    cache: dict) -> list[tuple[Params, TrainStats]]:
+                    cache: Cache) -> list[tuple[Params, TrainStats]]:
     """``_train_group`` for full-batch node-level clients, whose every step is the same work:
     the whole training recorded as one graph after its first call on this group
     (``training.replay``) and replayed from then on, the jobs loaded into its inputs."""
@@ -224,7 +233,7 @@ def _train_replayed(trainer: Trainer, jobs: list[ClientJob], epochs: int, layout
     if held is None or held[0] != signature:
         held = cache[REPLAY_KEY] = (signature, _ReplayedGroup(
             trainer, jobs[0].step.params, len(jobs), epochs, layout, kinds))
-    group = held[1]
+    group: _ReplayedGroup = held[1]
     trainer.model.train()
     total, samples = group.replay(lambda: group.load(jobs))
     with torch.no_grad():  # the next call overwrites the inputs: each client's own copy

@@ -20,7 +20,9 @@ summation order.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import Tensor
@@ -32,14 +34,22 @@ from graphfed.models.sparse import PaddedCsr, is_csr, join_rows
 from graphfed.tensors import Params
 from graphfed.training import plans
 from graphfed.training.batches import (
+    NodeInputs,
     PreparedClient,
     PreparedGraphClient,
     PreparedNodeClient,
 )
 from graphfed.training.grouping import by_size_group, group_rows, step_size
 from graphfed.training.joined import join_graph_batches
-from graphfed.training.padded import cached_for, graph_inputs, node_layout, stacked_forward
-from graphfed.training.trainer import Trainer
+from graphfed.training.padded import (
+    Cache,
+    Input,
+    cached_for,
+    graph_inputs,
+    node_layout,
+    stacked_forward,
+)
+from graphfed.training.trainer import SplitMetrics, Trainer
 
 # how many (parameter set x global-test node) rows one pass over the global test set may hold
 GLOBAL_ROWS = 1 << 22
@@ -66,11 +76,12 @@ def eval_refusal(trainer: Trainer, data: PreparedClient) -> str | None:
 
 
 @torch.no_grad()
-def evaluate_together(trainer: Trainer, jobs: list[EvalJob], cache: dict | None = None
-                      ) -> list[dict[str, dict]]:
+def evaluate_together(trainer: Trainer, jobs: list[EvalJob], cache: Cache | None = None
+                      ) -> list[SplitMetrics]:
     """Each job's metrics per split, as ``Client.evaluate_params`` returns them (``global``
     for the shared global test set where the job has one). ``cache`` keeps the padded node
-    layout of a set of clients between calls."""
+    layout of a set of clients between calls. The clients are of one level, as the first
+    one (all ``PreparedNodeClient`` or all ``PreparedGraphClient``)."""
     trainer.model.eval()
     cache = {} if cache is None else cache
     clients = [j.data for j in jobs]
@@ -80,11 +91,13 @@ def evaluate_together(trainer: Trainer, jobs: list[EvalJob], cache: dict | None 
         chunks = list(enumerate(_row_chunks(clients, group_rows(trainer, clients[0]))))
         if node:  # scored straight from the joined logits' rows
             metrics = [m for n, chunk in chunks for m in _joined_node_metrics(
-                trainer, jobs[0].params, chunk, joined.setdefault(n, {}))]
+                trainer, jobs[0].params, cast(list[PreparedNodeClient], chunk),
+                joined.setdefault(n, {}))]
         else:
             metrics = trainer.clients_split_metrics(
                 [o for n, chunk in chunks for o in _joined_graph_outputs(
-                    trainer, jobs[0].params, chunk, joined.setdefault(n, {}))], clients)
+                    trainer, jobs[0].params, cast(list[PreparedGraphClient], chunk),
+                    joined.setdefault(n, {}))], clients)
     else:
         if not node and plans.for_device(trainer.device).joined:
             # where training joins (the CPU), each client's own plain pass: joined rows
@@ -92,11 +105,13 @@ def evaluate_together(trainer: Trainer, jobs: list[EvalJob], cache: dict | None 
             # more than the calls
             outputs = [trainer.outputs(j.params, c) for j, c in zip(jobs, clients, strict=True)]
         else:  # clients of similar size stacked together, as in training
-            def run(members: list[int], group_cache: dict | None) -> list[Outputs]:
+            def run(members: list[int], group_cache: Cache | None) -> list[Outputs]:
                 stacked = _stack([jobs[k].params for k in members])
                 group = [clients[k] for k in members]
-                return (_node_outputs(trainer, stacked, group, group_cache) if node
-                        else _graph_outputs(trainer, stacked, group, group_cache))
+                return (_node_outputs(trainer, stacked, cast(list[PreparedNodeClient], group),
+                                      group_cache) if node
+                        else _graph_outputs(trainer, stacked,
+                                            cast(list[PreparedGraphClient], group), group_cache))
 
             outputs = by_size_group(trainer, clients, [step_size(c, None) for c in clients],
                                     cache.setdefault("padded", {}), run)
@@ -129,7 +144,7 @@ def _stack(params: list[Params]) -> Params:
     return {name: torch.stack([p[name] for p in params]) for name in params[0]}
 
 
-def _join_nodes(clients: list[PreparedNodeClient]) -> tuple[tuple, list[int]]:
+def _join_nodes(clients: list[PreparedNodeClient]) -> tuple[NodeInputs, list[int]]:
     """The clients' graphs as one block-diagonal graph (PyG's batching; CSR features joined
     row-wise); where each client's nodes start."""
     sparse_x = is_csr(clients[0].x)
@@ -148,7 +163,7 @@ class _JoinedNodes:
     (client by client, split by split), their labels, their sets of rows and majorities, so a
     round scores them with one gather instead of three operations a client and split."""
 
-    inputs: tuple
+    inputs: NodeInputs
     splits: list[tuple[str, ...]]  # each client's scored splits, in order
     rows: Tensor
     target: Tensor
@@ -170,7 +185,7 @@ class _JoinedNodes:
 
 
 def _joined_node_metrics(trainer: Trainer, params: Params, clients: list[PreparedNodeClient],
-                         cache: dict) -> list[dict[str, dict]]:
+                         cache: Cache) -> list[SplitMetrics]:
     joined = cached_for(cache, (trainer.own_splits, *(id(c) for c in clients)),
                         lambda: _JoinedNodes.of(clients, trainer.own_splits))
     if not joined.majorities:  # nothing to score
@@ -183,7 +198,7 @@ def _joined_node_metrics(trainer: Trainer, params: Params, clients: list[Prepare
 
 
 def _joined_graph_outputs(trainer: Trainer, params: Params, clients: list[PreparedGraphClient],
-                          cache: dict) -> list[Outputs]:
+                          cache: Cache) -> list[Outputs]:
     outputs: list[Outputs] = [{} for _ in clients]
     for split in trainer.own_splits:
         holders = [k for k, c in enumerate(clients) if c.num_samples(split)]
@@ -192,7 +207,7 @@ def _joined_graph_outputs(trainer: Trainer, params: Params, clients: list[Prepar
         batches = [clients[k].splits[split].all() for k in holders]
         inputs, starts = cached_for(cache.setdefault(split, {}),
                                  tuple(id(clients[k]) for k in holders),
-                                 lambda b=batches: join_graph_batches(b))
+                                 functools.partial(join_graph_batches, batches))
         logits = functional_call(trainer.model, params, inputs)
         for k, b, start in zip(holders, batches, starts, strict=True):
             outputs[k][split] = (logits[start:start + b.num_graphs], b.targets)
@@ -200,7 +215,7 @@ def _joined_graph_outputs(trainer: Trainer, params: Params, clients: list[Prepar
 
 
 def _node_outputs(trainer: Trainer, stacked: Params, clients: list[PreparedNodeClient],
-                  cache: dict | None) -> list[Outputs]:
+                  cache: Cache | None) -> list[Outputs]:
     layout = node_layout(clients, cache)
     logits = stacked_forward(trainer.model, stacked, None, 0, layout.inputs())
     return [{s: (logits[k, c.index[s]], c.y[c.index[s]])
@@ -208,7 +223,7 @@ def _node_outputs(trainer: Trainer, stacked: Params, clients: list[PreparedNodeC
 
 
 def _graph_outputs(trainer: Trainer, stacked: Params, clients: list[PreparedGraphClient],
-                   cache: dict | None) -> list[Outputs]:
+                   cache: Cache | None) -> list[Outputs]:
     """Each client's own parameters on its own graphs, padded, split by split; each split's
     padding kept in ``cache`` for this set of clients (whole splits come back every round)."""
     outputs: list[Outputs] = [{} for _ in clients]
@@ -219,7 +234,8 @@ def _graph_outputs(trainer: Trainer, stacked: Params, clients: list[PreparedGrap
             continue
         inputs, _, _ = cached_for(None if cache is None else cache.setdefault(split, {}),
                                   tuple(id(c) for c in clients),
-                                  lambda b=batches: graph_inputs(b, trainer.device, features))
+                                  functools.partial(graph_inputs, batches, trainer.device,
+                                                    features))
         logits = stacked_forward(trainer.model, stacked, None, 0, inputs)
         for k, b in enumerate(batches):
             if b is not None:
@@ -227,7 +243,7 @@ def _graph_outputs(trainer: Trainer, stacked: Params, clients: list[PreparedGrap
     return outputs
 
 
-def _global_metrics(trainer: Trainer, jobs: list[EvalJob]) -> list[dict]:
+def _global_metrics(trainer: Trainer, jobs: list[EvalJob]) -> list[dict[str, float]]:
     """The global test metrics of each job, scored once per distinct parameter set."""
     position: dict[int, int] = {}
     distinct: list[Params] = []
@@ -236,20 +252,22 @@ def _global_metrics(trainer: Trainer, jobs: list[EvalJob]) -> list[dict]:
             position[id(j.params)] = len(distinct)
             distinct.append(j.params)
     test = jobs[0].global_test
+    assert test is not None  # the jobs scored on the global test set
+    inputs: tuple[Input, ...]
     if isinstance(test, PreparedNodeClient):
         x = PaddedCsr.of(test.x) if is_csr(test.x) else test.x  # vmap maps no CSR matrix
         inputs = (x, test.edge_index, test.edge_weight)
-        rows, index = len(test.y), test.index["test"]
+        rows, index, labels = len(test.y), test.index["test"], test.y
     else:
         batch = test.splits["test"].all()
         inputs = (batch.x, batch.edge_index, batch.batch, batch.num_graphs, batch.edge_weight)
-        rows, index = len(batch.x), None
+        rows, index, labels = len(batch.x), None, batch.targets
     chunk = max(1, GLOBAL_ROWS // max(rows, 1))
-    outputs = []
+    outputs: list[Outputs] = []
     for start in range(0, len(distinct), chunk):
         logits = stacked_forward(trainer.model, _stack(distinct[start:start + chunk]), None, 0,
                                  inputs, batched_inputs=False)
-        outputs += [{"test": (one[index], test.y[index]) if index is not None
-                     else (one, batch.targets)} for one in logits]
+        outputs += [{"test": (one[index], labels[index]) if index is not None
+                     else (one, labels)} for one in logits]
     scores = trainer.clients_split_metrics(outputs, [test] * len(outputs))
     return [scores[position[id(j.params)]]["test"] for j in jobs]

@@ -6,8 +6,10 @@ set of whole graphs sliced out of it (no DataLoader re-collating every epoch).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any, Literal, Protocol, cast, overload
 
 import torch
 from torch import Tensor, nn
@@ -17,6 +19,31 @@ from graphfed.data.federated import SPLITS, ClientData, GraphClient, NodeClient
 from graphfed.data.sampling import WHOLE_GRAPH_WEIGHTS, NeighbourSampler, SamplingOptions
 from graphfed.errors import GraphfedError
 from graphfed.metrics import majority_class
+
+# a node-level model's inputs (features, edges, edge weights) and a graph-level one's (features,
+# edges, each node's graph, the number of graphs, edge weights)
+NodeInputs = tuple[Tensor, Tensor, Tensor | None]
+GraphInputs = tuple[Tensor, Tensor, Tensor, int, Tensor | None]
+
+
+class ModelCall(Protocol):
+    """``model``'s forward pass on ``args`` (and keyword ``kwargs``) under parameters the
+    caller holds (``torch.func.functional_call``): what the model returns, which ``nn.Module``
+    types as ``Any``."""
+
+    def __call__(self, model: nn.Module, args: tuple[Any, ...],
+                 kwargs: dict[str, Any] | None = None, /) -> Any: ...
+
+
+class _Prepares(Protocol):
+    """What every graphfed model has beside ``nn.Module`` (``models.gnn``): ``prepare``, the
+    per-graph work that does not depend on parameters."""
+
+    def prepare(self, graph: Data) -> Data: ...
+
+
+def _prepare(model: nn.Module, graph: Data) -> Data:
+    return cast(_Prepares, model).prepare(graph)  # nn.Module's type declares no prepare
 
 
 def permutation(n: int, device: torch.device, generator: torch.Generator | None) -> Tensor:
@@ -37,8 +64,9 @@ class NodeBatch:
     y: Tensor
     index: Tensor
 
-    def forward(self, model: nn.Module, call) -> Tensor:
-        return call(model, (self.x, self.edge_index, self.edge_weight))[self.index]
+    def forward(self, model: nn.Module, call: ModelCall) -> Tensor:
+        logits: Tensor = call(model, (self.x, self.edge_index, self.edge_weight))
+        return logits[self.index]
 
     @property
     def targets(self) -> Tensor:
@@ -55,9 +83,20 @@ class GraphBatch:
     y: Tensor
     ids: Tensor  # positions of these graphs in their split
 
-    def forward(self, model: nn.Module, call, **kwargs):
-        return call(model, (self.x, self.edge_index, self.batch, self.num_graphs,
-                            self.edge_weight), kwargs)
+    @overload
+    def forward(self, model: nn.Module, call: ModelCall) -> Tensor: ...
+
+    @overload
+    def forward(self, model: nn.Module, call: ModelCall, *, with_embedding: Literal[True]
+                ) -> tuple[Tensor, Tensor]: ...
+
+    def forward(self, model: nn.Module, call: ModelCall, **kwargs: bool
+                ) -> Tensor | tuple[Tensor, Tensor]:
+        """The graphs' logits; ``with_embedding=True``: (logits, graph embeddings)."""
+        out: Tensor | tuple[Tensor, Tensor] = call(
+            model, (self.x, self.edge_index, self.batch, self.num_graphs, self.edge_weight),
+            kwargs)
+        return out
 
     @property
     def targets(self) -> Tensor:
@@ -67,6 +106,8 @@ class GraphBatch:
 class _TrainMajority:
     """What both kinds of prepared client share: the majority of their training labels (read
     through the class's own ``labels``)."""
+
+    labels: Callable[[str], Tensor]  # each class's own method
 
     @cached_property
     def train_majority(self) -> int | None:
@@ -80,9 +121,14 @@ class PreparedNodeClient(_TrainMajority):
     graph, or, with ``sampling.fanouts``, over their sampled neighbourhoods (see
     ``SamplingOptions``); each epoch may train on a fresh subset (``sampling.train_fraction``)."""
 
+    x: Tensor
+    edge_index: Tensor
+    edge_weight: Tensor | None
+    y: Tensor
+
     def __init__(self, client: NodeClient, model: nn.Module, device: torch.device,
                  sampling: SamplingOptions | None = None):
-        g = model.prepare(client.graph).to(device)
+        g = _prepare(model, client.graph).to(device)
         self.x, self.edge_index = g.x, g.edge_index
         self.edge_weight = getattr(g, "edge_weight", None)
         self.y = client.graph.y.to(device)
@@ -114,18 +160,20 @@ class PreparedNodeClient(_TrainMajority):
         neighbourhood (read through ``self.x``, so a view with other features samples those)."""
         if self.sampler is None:
             return NodeBatch(self.x, self.edge_index, self.edge_weight, self.y, nodes)
+        assert self.sampling.fanouts is not None  # a sampler is made for fanouts only
         ids, edges = self.sampler.subgraph(nodes, self.sampling.fanouts)
         return NodeBatch(self.x[ids], edges, None, self.y[ids],
                          torch.arange(len(nodes), device=nodes.device))
 
-    def outputs(self, model: nn.Module, call, splits) -> dict[str, tuple[Tensor, Tensor]]:
+    def outputs(self, model: nn.Module, call: ModelCall, splits: Iterable[str]
+                ) -> dict[str, tuple[Tensor, Tensor]]:
         """Logits and targets per split: one full-graph forward pass, or with sampled
         evaluation each split's nodes on a sampled neighbourhood."""
         wanted = [s for s in splits if self.num_samples(s)]
         if self.sampler is not None and self.sampling.evaluate == "sampled":
             batches = {s: self.batch_of(self.index[s]) for s in wanted}
             return {s: (b.forward(model, call), b.targets) for s, b in batches.items()}
-        logits = call(model, (self.x, self.edge_index, self.edge_weight))
+        logits: Tensor = call(model, (self.x, self.edge_index, self.edge_weight))
         return {s: (logits[self.index[s]], self.y[self.index[s]]) for s in wanted}
 
     def epoch_nodes(self, split: str, batch_size: int | None, shuffle: bool,
@@ -142,7 +190,7 @@ class PreparedNodeClient(_TrainMajority):
         return index
 
     def batches(self, split: str, batch_size: int | None, shuffle: bool,
-                generator: torch.Generator | None = None):
+                generator: torch.Generator | None = None) -> Iterator[NodeBatch]:
         """One epoch's batches; shuffled by ``generator`` where one is given (a CPU generator:
         the batched engine's per-client stream), else by the global RNG."""
         index = self.epoch_nodes(split, batch_size, shuffle, generator)
@@ -156,13 +204,19 @@ class PreparedNodeClient(_TrainMajority):
 class _CollatedGraphs:
     """One split's graphs collated once; ``take`` slices out a set of whole graphs."""
 
+    x: Tensor
+    edge_index: Tensor
+    edge_weight: Tensor | None
+    y: Tensor
+    batch: Tensor
+
     def __init__(self, graphs: list[Data], model: nn.Module, device: torch.device):
         self.num_graphs = len(graphs)
         if not graphs:
             return
         collated = Batch.from_data_list(
             [Data(x=g.x, edge_index=g.edge_index, y=g.y, num_nodes=g.num_nodes) for g in graphs])
-        prepared = model.prepare(collated).to(device)
+        prepared = _prepare(model, collated).to(device)
         self.x, self.edge_index, self.y = prepared.x, prepared.edge_index, prepared.y
         self.edge_weight = getattr(prepared, "edge_weight", None)
         self.batch = collated.batch.to(device)
@@ -210,9 +264,10 @@ class PreparedGraphClient(_TrainMajority):
         graphs = self.splits[split]
         return graphs.y if graphs.num_graphs else torch.empty(0, dtype=torch.long)
 
-    def outputs(self, model: nn.Module, call, splits) -> dict[str, tuple[Tensor, Tensor]]:
+    def outputs(self, model: nn.Module, call: ModelCall, splits: Iterable[str]
+                ) -> dict[str, tuple[Tensor, Tensor]]:
         """Logits and targets per split, each split in one batched forward pass."""
-        out = {}
+        out: dict[str, tuple[Tensor, Tensor]] = {}
         for s in splits:
             if self.num_samples(s):
                 batch = self.splits[s].all()
@@ -220,7 +275,7 @@ class PreparedGraphClient(_TrainMajority):
         return out
 
     def batches(self, split: str, batch_size: int | None, shuffle: bool,
-                generator: torch.Generator | None = None):
+                generator: torch.Generator | None = None) -> Iterator[GraphBatch]:
         """One epoch's mini-batches of whole graphs (see ``PreparedNodeClient.batches``)."""
         graphs = self.splits[split]
         n = graphs.num_graphs

@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import TypeVar, cast
 
 from torch import Tensor, nn
 
 from graphfed.models.sparse import is_csr
 from graphfed.training import plans
 from graphfed.training.batches import PreparedClient, PreparedNodeClient
+from graphfed.training.padded import Cache
 from graphfed.training.trainer import Trainer
+
+R = TypeVar("R")
 
 
 def step_size(data: PreparedClient, batch_size: int | None) -> float:
@@ -65,6 +69,7 @@ def size_groups(sizes: list[float], spread: float, pass_rows: float = math.inf,
             candidate = (cost[i][0] + 1, cost[i][1] + members * largest)
             if best is None or _cheaper(candidate, best[0], pass_rows):
                 best = (candidate, i)
+        assert best is not None  # the run alone: within spread (>= RUN_SPREAD) and max_rows
         cost.append(best[0])
         start.append(best[1])
     groups: list[list[int]] = []
@@ -108,7 +113,8 @@ def row_macs(model: nn.Module, x: Tensor) -> float:
 
 
 def by_size_group(trainer: Trainer, clients: list[PreparedClient], sizes: list[float],
-                  cache: dict | None, run: Callable[[list[int], dict | None], list]) -> list:
+                  cache: Cache | None, run: Callable[[list[int], Cache | None], list[R]]
+                  ) -> list[R]:
     """``run(members, group_cache)`` for each group of ``size_groups`` over ``sizes`` (the
     clients' rows a padded pass), as the device's plan weighs padding against passes; its
     results put back in the order of ``sizes``. ``cache`` keeps one sub-cache per group."""
@@ -118,9 +124,9 @@ def by_size_group(trainer: Trainer, clients: list[PreparedClient], sizes: list[f
     if cache is not None:
         for stale in [g for g in cache if not isinstance(g, int) or g >= len(groups)]:
             del cache[stale]
-    results: list = [None] * len(sizes)
+    results: list[R | None] = [None] * len(sizes)
     for g, members in enumerate(groups):
         group_cache = None if cache is None else cache.setdefault(g, {})
         for k, result in zip(members, run(members, group_cache), strict=True):
             results[k] = result
-    return results
+    return cast(list[R], results)  # the groups cover every position

@@ -18,18 +18,20 @@ host (PyTorch's fallback outside bf16 on sm90), so there the padded layout stays
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 from torch.func import functional_call
 
 from graphfed.models.dropout import keyed
 from graphfed.models.rows import Rows
 from graphfed.tensors import Params
 from graphfed.training import plans
-from graphfed.training.batches import GraphBatch
+from graphfed.training.batches import GraphBatch, GraphInputs
 
 # the graph-level backbones whose parameters meet the data only in linear maps and bias
 # additions (GAT's attention vectors multiply per-head features: it keeps the padded layout)
@@ -40,7 +42,7 @@ GROUPED_ALIGNMENT = 16
 _ELEMENTWISE = {torch.Tensor.add, torch.Tensor.__add__, torch.Tensor.__radd__, torch.add}
 
 
-def joins(model, device: torch.device) -> bool:
+def joins(model: nn.Module, device: torch.device) -> bool:
     """Whether graph-level clients of ``model`` train in the joined layout on ``device``: where
     the device's plan joins them and this torch's grouped product runs there (else they train
     padded)."""
@@ -74,7 +76,9 @@ class StackedParam(Tensor):
     joined_rows: dict[int, Rows]
 
     @classmethod
-    def __torch_function__(cls, func, types, args=(), kwargs=None):
+    def __torch_function__(cls, func: Callable[..., Any], types: tuple[type, ...],
+                           args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+                           ) -> Any:
         kwargs = kwargs or {}
         with torch._C.DisableTorchFunctionSubclass():
             if func is F.linear:
@@ -95,10 +99,11 @@ class StackedParam(Tensor):
 
 def stacked_params(params: Params, rows: dict[int, Rows]) -> Params:
     """``params`` as ``StackedParam`` views (still on the autograd graph) over ``rows``."""
-    out = {}
+    out: Params = {}
     for name, value in params.items():
-        out[name] = value.as_subclass(StackedParam)
-        out[name].joined_rows = rows
+        stacked = value.as_subclass(StackedParam)
+        stacked.joined_rows = rows
+        out[name] = stacked
     return out
 
 
@@ -130,7 +135,7 @@ def grouped_linear(x: Tensor, weight: Tensor, ends: Tensor) -> Tensor:
     return out[:, :d_out] if pad_out else out
 
 
-def join_graph_batches(batches: list[GraphBatch]) -> tuple[tuple, list[int]]:
+def join_graph_batches(batches: list[GraphBatch]) -> tuple[GraphInputs, list[int]]:
     """Mini-batches of whole graphs as one batch (the model's inputs); where each one's
     graphs start."""
     nodes, graphs = [0], [0]
@@ -138,8 +143,9 @@ def join_graph_batches(batches: list[GraphBatch]) -> tuple[tuple, list[int]]:
         nodes.append(nodes[-1] + len(b.x))
         graphs.append(graphs[-1] + b.num_graphs)
     pairs = list(zip(batches, nodes, graphs, strict=True))
+    # one model prepared them all: every batch's edges are weighted, or none are
     weight = (None if batches[0].edge_weight is None
-              else torch.cat([b.edge_weight for b in batches]))
+              else torch.cat(cast(list[Tensor], [b.edge_weight for b in batches])))
     inputs = (torch.cat([b.x for b in batches]),
               torch.cat([b.edge_index + n for b, n, _ in pairs], 1),
               torch.cat([b.batch + g for b, _, g in pairs]),
@@ -153,7 +159,7 @@ class JoinedBatch:
     of node rows and of graph rows by row count (``StackedParam.joined_rows``), and of graph rows
     alone."""
 
-    inputs: tuple
+    inputs: GraphInputs
     labels: Tensor
     rows: dict[int, Rows]
     graphs: Rows
@@ -174,9 +180,11 @@ def join_clients(chosen: list[GraphBatch | None]) -> JoinedBatch | None:
                        {nodes.count: nodes, graphs.count: graphs}, graphs)
 
 
-def joined_forward(model, live: Params, joined: JoinedBatch, keys: Tensor, step: int
+def joined_forward(model: nn.Module, live: Params, joined: JoinedBatch, keys: Tensor, step: int
                    ) -> Tensor:
     """Every joined row's output in training under its own client's parameters, dropout
     keyed by the client's key (``dropout.keyed_keep_rows``)."""
     with keyed(keys, step, rows=joined.rows):
-        return functional_call(model, stacked_params(live, joined.rows), joined.inputs)
+        logits: Tensor = functional_call(model, stacked_params(live, joined.rows),
+                                         joined.inputs)
+        return logits

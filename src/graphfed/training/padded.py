@@ -6,15 +6,24 @@ does not depend on who is padded beside it. Training (``training.batched``) and 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
+from typing import Any, TypeVar, cast
+
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
 from graphfed.models.dropout import Positions, keyed
 from graphfed.models.sparse import PaddedCsr, is_csr
 from graphfed.tensors import Params
 from graphfed.training import plans
-from graphfed.training.batches import GraphBatch, NodeBatch, PreparedNodeClient
+from graphfed.training.batches import GraphBatch, GraphInputs, NodeBatch, PreparedNodeClient
+
+T = TypeVar("T")
+# what a caller keeps between calls (layouts, recordings, sub-caches), by key
+Cache = dict[Hashable, Any]
+# one of a model's positional inputs (features, dense or CSR, edges, graph sizes, edge weights)
+Input = Tensor | PaddedCsr | int | None
 
 
 def _padded(rows: list[Tensor], length: int, fill: float | int = 0) -> Tensor:
@@ -62,13 +71,14 @@ class NodeLayout:
                                   max(c.edge_index.size(1) for c in clients), nodes
                                   ).transpose(1, 2)
         weights = [c.edge_weight for c in clients]
+        # one model prepared them all: every client's edges are weighted, or none are
         self.edge_weight = (None if weights[0] is None
-                            else _padded(weights, self.edge_index.size(2)))
+                            else _padded(cast(list[Tensor], weights), self.edge_index.size(2)))
         self.whole = self._targets([c.index["train"] for c in clients])  # full-batch steps
         self.feature_nonzeros = (None if isinstance(self.x, PaddedCsr)
                                  else _sparse_positions(self.x, self.dummy))
 
-    def inputs(self) -> tuple:
+    def inputs(self) -> tuple[Tensor | PaddedCsr, Tensor, Tensor | None]:
         return self.x, self.edge_index, self.edge_weight
 
     def targets(self, chosen: list[NodeBatch | None], whole: bool
@@ -100,7 +110,8 @@ def _sparse_positions(x: Tensor, dummy: int) -> Positions | None:
                                 dummy * x.size(2)))
 
 
-def graph_inputs(batches: list[GraphBatch | None], device: torch.device, feat_dim: int):
+def graph_inputs(batches: list[GraphBatch | None], device: torch.device, feat_dim: int
+                 ) -> tuple[GraphInputs, Tensor, Tensor]:
     """One step's mini-batches of whole graphs padded to ``[K, nodes + 1, d]``; the dummy node
     belongs to a dummy graph G (``G + 1`` graphs pooled); labels ``[K, G]`` with their mask."""
     empty = GraphBatch(torch.zeros(0, feat_dim, device=device),
@@ -124,11 +135,11 @@ def graph_inputs(batches: list[GraphBatch | None], device: torch.device, feat_di
     return (x, edge_index, batch, graphs + 1, edge_weight), y, mask
 
 
-def cached_for(cache: dict | None, key: tuple, build):
+def cached_for(cache: Cache | None, key: tuple[Hashable, ...], build: Callable[[], T]) -> T:
     """``build()``, kept in ``cache`` under ``key``: one set of clients at a time, a new set
     replacing the last."""
     if cache is not None and key in cache:
-        return cache[key]
+        return cast(T, cache[key])  # what build() made for this key
     value = build()
     if cache is not None:
         cache.clear()
@@ -136,14 +147,14 @@ def cached_for(cache: dict | None, key: tuple, build):
     return value
 
 
-def node_layout(clients: list[PreparedNodeClient], cache: dict | None) -> NodeLayout:
+def node_layout(clients: list[PreparedNodeClient], cache: Cache | None) -> NodeLayout:
     """The padded layout of ``clients``, from ``cache`` when it holds this very set."""
     return cached_for(cache, tuple(id(c) for c in clients), lambda: NodeLayout(clients))
 
 
-def stacked_forward(model, live: Params, keys: Tensor | None, step: int, inputs: tuple,
-                    batched_inputs: bool = True, feature_nonzeros: Positions | None = None
-                    ) -> Tensor:
+def stacked_forward(model: nn.Module, live: Params, keys: Tensor | None, step: int,
+                    inputs: tuple[Input, ...], batched_inputs: bool = True,
+                    feature_nonzeros: Positions | None = None) -> Tensor:
     """Every client's logits ``[K, ...]``: its own parameters on its own padded inputs (with
     ``batched_inputs`` false, all on the same inputs), dropout keyed by its own seed (``keys``
     None: no keyed draws, as in evaluation) and, given ``feature_nonzeros``, on its features'
@@ -151,17 +162,23 @@ def stacked_forward(model, live: Params, keys: Tensor | None, step: int, inputs:
     data_dims = tuple(0 if batched_inputs and isinstance(a, Tensor | PaddedCsr) else None
                       for a in inputs)
     if keys is None:
-        def plain(params, *args):
-            return functional_call(model, params, args)
+        def plain(params: Params, *args: Input) -> Tensor:
+            logits: Tensor = functional_call(model, params, args)
+            return logits
 
-        return vmap(plain, in_dims=(0, *data_dims))(live, *inputs)
+        stacked: Tensor = vmap(plain, in_dims=(0, *data_dims))(live, *inputs)
+        return stacked
 
     elements = plans.for_device(keys.device).hash_elements  # hashed at once across the clients
     chunk = None if elements is None else max(1024, elements // len(keys))
 
-    def one(params, key, nonzeros, *args):
+    def one(params: Params, key: Tensor, nonzeros: Positions | None,
+            *args: Input) -> Tensor:
         with keyed(key, step, nonzeros, chunk):
-            return functional_call(model, params, args)
+            logits: Tensor = functional_call(model, params, args)
+            return logits
 
-    return vmap(one, in_dims=(0, 0, None if feature_nonzeros is None else 0, *data_dims))(
+    drawn: Tensor = vmap(
+        one, in_dims=(0, 0, None if feature_nonzeros is None else 0, *data_dims))(
         live, keys, feature_nonzeros, *inputs)
+    return drawn

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import torch
 from torch import Tensor
@@ -35,6 +35,13 @@ EAGER_CALLS = 1
 
 _UNSAFE = getattr(torch.Tag, "cudagraph_unsafe", None)  # a tag newer torch has
 
+T = TypeVar("T")
+# an operation as a recording describes it (``_Recorder``): its name, its arguments' and its
+# keyword arguments' descriptions (nested tuples, compared whole)
+Operation = tuple[str, object, object]
+# where a tensor's values live (``_memory``)
+Memory = tuple[str, int]
+
 
 class ReplayError(RuntimeError):
     """A step that a recording cannot replay faithfully, and why."""
@@ -46,7 +53,7 @@ def available(device: torch.device) -> bool:
     return device.type == "cuda" or (device.type == "cpu" and CHECK_ON_CPU)
 
 
-class Replay:
+class Replay(Generic[T]):
     """``run()`` (a step reading only tensors that live across calls, its "static inputs",
     and returning tensors) called through a recording: eagerly for the first ``EAGER_CALLS``
     calls, then recorded once and replayed. ``load()``, given at every call, writes the call's
@@ -54,20 +61,20 @@ class Replay:
     are the recording's own, overwritten by the next call: read or copy them before it. If
     recording fails, the reason is logged once and every later call runs eagerly."""
 
-    def __init__(self, run: Callable[[], Any], device: torch.device):
+    def __init__(self, run: Callable[[], T], device: torch.device):
         self.run, self.device = run, device
         self.calls = 0
         self.refused: str | None = None
         self._graph: torch.cuda.CUDAGraph | None = None
-        self._outputs: Any = None
-        self._recorded: list | None = None  # the emulation's operations, to compare with
-        self._kept: dict = {}  # the tensors a recording reads from outside: kept alive
+        self._outputs: T | None = None
+        self._recorded: list[Operation] | None = None  # the emulation's, to compare with
+        self._kept: dict[Memory, Tensor] = {}  # what a recording reads from outside: kept alive
 
     @property
     def recorded(self) -> bool:
         return self._outputs is not None
 
-    def __call__(self, load: Callable[[], None]) -> Any:
+    def __call__(self, load: Callable[[], None]) -> T:
         self.calls += 1
         if not self.recorded and (self.refused is not None or self.calls <= EAGER_CALLS):
             load()
@@ -110,7 +117,8 @@ class Replay:
             self._recorded = recorder.operations
         self._kept = recorder.external
 
-    def _replay(self) -> Any:
+    def _replay(self) -> T:
+        assert self._outputs is not None  # reached once recorded: a run returns tensors
         if self._graph is not None:
             self._graph.replay()
             return self._outputs
@@ -131,15 +139,19 @@ class _Recorder(TorchDispatchMode):
     differs. Tensors the step itself made are described by shape alone: a graph keeps them in
     its own memory."""
 
-    def __init__(self, device: torch.device, expected: list | None = None):
-        super().__init__()
+    def __init__(self, device: torch.device, expected: list[Operation] | None = None):
+        # torch's TorchDispatchMode.__init__ is unannotated (untyped_calls_exclude does not
+        # reach a call through super())
+        super().__init__()  # type: ignore[no-untyped-call]
         self.device = device
         self.expected = expected
-        self.operations: list = []
-        self.external: dict = {}  # key -> a tensor read from outside the step
-        self._made: set = set()  # keys of the memory the step's operations wrote
+        self.operations: list[Operation] = []
+        self.external: dict[Memory, Tensor] = {}  # a tensor read from outside the step
+        self._made: set[Memory] = set()  # the memory the step's operations wrote
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(self, func: torch._ops.OpOverload, types: tuple[type, ...],
+                           args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+                           ) -> object:
         kwargs = kwargs or {}
         refusal = _refusal(func, args, kwargs, self.device)
         if refusal is not None:
@@ -158,7 +170,7 @@ class _Recorder(TorchDispatchMode):
                 self._made.add(_memory(t))
         return out
 
-    def _describe(self, value: Any) -> Any:
+    def _describe(self, value: object) -> object:
         if isinstance(value, Tensor):
             shape = (value.dtype, value.layout, tuple(value.shape), value.device.type,
                      tuple(value.stride()) if value.layout == torch.strided else None)
@@ -175,7 +187,7 @@ class _Recorder(TorchDispatchMode):
         return repr(value)
 
 
-def _memory(t: Tensor) -> tuple:
+def _memory(t: Tensor) -> Memory:
     """Where a tensor's values live: its storage's address (strided), else the object (a
     sparse tensor, whose parts the step cannot swap under a graph)."""
     if t.layout == torch.strided:
@@ -183,7 +195,8 @@ def _memory(t: Tensor) -> tuple:
     return ("object", id(t))
 
 
-def _refusal(func, args, kwargs, device: torch.device) -> str | None:
+def _refusal(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any],
+             device: torch.device) -> str | None:
     """Why a graph cannot replay this operation (None: it can)."""
     tags = func.tags
     if torch.Tag.data_dependent_output in tags:

@@ -53,9 +53,10 @@ class StackedOptimizer:
     def _step_clients(self, clients: Tensor, count: float) -> None:
         """The step of ``clients``, each at its ``count``-th step: PyTorch's update on copies of
         their slices of the stacks (params, gradients, moments or momentum), copied back."""
-        names = self._stepped()
+        stepped = self._stepped()
+        names = list(stepped)
         params = [self.params[n].index_select(0, clients) for n in names]
-        grads = [self.params[n].grad.index_select(0, clients) for n in names]
+        grads = [grad.index_select(0, clients) for grad in stepped.values()]
         if self.options.name == "adam":
             states = [self._moments(self.state[n], self.params[n]) for n in names]
             m = [s["m"].index_select(0, clients) for s in states]
@@ -81,11 +82,12 @@ class StackedOptimizer:
     def _fused_adam(self) -> None:
         """Every client's Adam step at once, their step counts equal: the fused kernel on the
         stacks (its own step counter per stack, in step with ``self.steps``)."""
-        names = self._stepped()
+        stepped = self._stepped()
+        names = list(stepped)
         states = [self._moments(self.state[n], self.params[n]) for n in names]
         for state in states:
             state.setdefault("step", torch.zeros((), device=self.steps.device))
-        self._adam([self.params[n] for n in names], [self.params[n].grad for n in names],
+        self._adam([self.params[n] for n in names], list(stepped.values()),
                    [s["m"] for s in states], [s["v"] for s in states],
                    [s["step"] for s in states])
 
@@ -94,9 +96,10 @@ class StackedOptimizer:
         stacks, the sequential trainer's arithmetic (on FairGFL's 40 Cora clients the masked
         update with its copies of the [40, 1433, 256] stack took a third of a batched
         round)."""
-        names = self._stepped()
+        stepped = self._stepped()
+        names = list(stepped)
         buffers = [self.state[n].get("buf") for n in names]
-        self._sgd([self.params[n] for n in names], [self.params[n].grad for n in names], buffers)
+        self._sgd([self.params[n] for n in names], list(stepped.values()), buffers)
         for name, buffer in zip(names, buffers, strict=True):
             if buffer is not None:
                 self.state[name]["buf"] = buffer
@@ -109,16 +112,17 @@ class StackedOptimizer:
         adam(params, grads, m, v, [], steps, fused=True, amsgrad=False, beta1=BETAS[0],
              beta2=BETAS[1], lr=o.lr, weight_decay=o.weight_decay, eps=EPS, maximize=False)
 
-    def _sgd(self, params: list[Tensor], grads: list[Tensor], buffers: list) -> None:
+    def _sgd(self, params: list[Tensor], grads: list[Tensor], buffers: list[Tensor | None]
+             ) -> None:
         """PyTorch's single-tensor SGD, in place, with the trainer's options (``buffers``
         filled in where a first step starts one)."""
         o = self.options
         sgd(params, grads, buffers, foreach=False, weight_decay=o.weight_decay,
             momentum=o.momentum, lr=o.lr, dampening=0.0, nesterov=False, maximize=False)
 
-    def _stepped(self) -> list[str]:
-        """The stacks this step updates: those that received a gradient."""
-        return [n for n, p in self.params.items() if p.grad is not None]
+    def _stepped(self) -> dict[str, Tensor]:
+        """The stacks this step updates, by name: those that received a gradient, and it."""
+        return {n: p.grad for n, p in self.params.items() if p.grad is not None}
 
     @staticmethod
     def _moments(state: dict[str, Tensor], like: Tensor) -> dict[str, Tensor]:

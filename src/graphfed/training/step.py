@@ -5,13 +5,20 @@ clients' steps together."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import cast
 
 from torch import Tensor
 
 from graphfed.tensors import Params
 from graphfed.training.batches import PreparedClient
-from graphfed.training.trainer import ExtraLoss
+from graphfed.training.trainer import PlainLoss
+
+
+def _total(terms: Iterable[Tensor]) -> Tensor:
+    """``sum(terms)``: a tensor, as every sum here has a term (a parameter's, a loss's)."""
+    return cast(Tensor, sum(terms))  # sum's start, the int 0, is returned for no terms only
 
 
 def proximal_penalty(mu: float | Tensor, live: Params, anchor: Params,
@@ -20,7 +27,8 @@ def proximal_penalty(mu: float | Tensor, live: Params, anchor: Params,
     ``clients`` the tensors are stacked per client (``[K, ...]``, ``mu`` of shape ``[K]``) and
     the result is one penalty per client."""
     start = 1 if clients else 0
-    return 0.5 * mu * sum(((live[k] - anchor[k]) ** 2).flatten(start).sum(-1) for k in anchor)
+    return 0.5 * mu * _total(((live[k] - anchor[k]) ** 2).flatten(start).sum(-1)
+                             for k in anchor)
 
 
 def linear_penalty(offset: Params, live: Params, clients: bool = False) -> Tensor:
@@ -29,10 +37,10 @@ def linear_penalty(offset: Params, live: Params, clients: bool = False) -> Tenso
     2020, Alg. 1 line 10); with ``clients`` the tensors are stacked per client (``[K, ...]``)
     and the result is one term per client."""
     start = 1 if clients else 0
-    return sum((live[k] * offset[k]).flatten(start).sum(-1) for k in offset)
+    return _total((live[k] * offset[k]).flatten(start).sum(-1) for k in offset)
 
 
-def proximal_term(mu: float, anchor: Params) -> ExtraLoss:
+def proximal_term(mu: float, anchor: Params) -> PlainLoss:
     """``proximal_penalty`` around a fixed ``anchor``, as a loss closure."""
     frozen = {k: v.detach() for k, v in anchor.items()}
     return lambda live: proximal_penalty(mu, live, frozen)
@@ -55,8 +63,8 @@ class LocalStep:
         """The data these epochs train on, given the client's ``own``."""
         return own if self.data is None else self.data
 
-    def extra_loss(self) -> ExtraLoss | None:
-        terms = []
+    def extra_loss(self) -> PlainLoss | None:
+        terms: list[PlainLoss] = []
         if self.proximal_mu > 0 and self.anchor is not None:
             terms.append(proximal_term(self.proximal_mu, self.anchor))
         if self.gradient_offset is not None:
@@ -64,4 +72,4 @@ class LocalStep:
             terms.append(lambda live: linear_penalty(offset, live))
         if not terms:
             return None
-        return lambda live: sum(term(live) for term in terms)
+        return lambda live: _total(term(live) for term in terms)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, Protocol, cast, overload
 
 import torch
 import torch.nn.functional as F
@@ -18,10 +18,28 @@ from torch.func import functional_call
 
 from graphfed.metrics import many_classification_metrics
 from graphfed.tensors import Params
-from graphfed.training.batches import GraphBatch, PreparedClient, PreparedGraphClient
+from graphfed.training.batches import (
+    GraphBatch,
+    ModelCall,
+    NodeBatch,
+    PreparedClient,
+    PreparedGraphClient,
+)
 from graphfed.validation import OPTIONS
 
-ExtraLoss = Callable[[Params], Tensor]
+# a loss term on the live parameters (e.g. a proximal term)
+PlainLoss = Callable[[Params], Tensor]
+
+
+class LossSeeingTerm(Protocol):
+    """A loss term marked ``sees_loss``: the trainer passes it the batch's detached loss too."""
+
+    sees_loss: bool
+
+    def __call__(self, live: Params, loss: Tensor, /) -> Tensor: ...
+
+
+ExtraLoss = PlainLoss | LossSeeingTerm
 # (live params, the mini-batch, its graph embeddings) -> a loss term, for embedding regularisers
 BatchLoss = Callable[[Params, GraphBatch, Tensor], Tensor]
 # (live params, the mini-batch) before the step: reads what a step sees (FedEgo's uploads)
@@ -29,6 +47,8 @@ BatchHook = Callable[[Params, object], None]
 # (live params) after each epoch, under no_grad: may move them in place, the optimizer's state
 # left as it is (the GPFL code's SCAFFOLD correction, once per epoch)
 EpochHook = Callable[[Params], None]
+# each split's metrics (``metrics.classification_metrics``) by split name
+SplitMetrics = dict[str, dict[str, float]]
 
 
 class OptimizerOptions(BaseModel):
@@ -53,12 +73,13 @@ class TrainStats:
 def _extra(extra_loss: ExtraLoss, live: Params, loss: Tensor) -> Tensor:
     """The extra term; one marked ``sees_loss`` also gets the batch loss (detached), e.g. to
     adapt its coefficient to it (FedEgo's adaptive FedProx)."""
+    # the mark is an attribute's value, which no isinstance reads
     if getattr(extra_loss, "sees_loss", False):
-        return extra_loss(live, loss.detach())
-    return extra_loss(live)
+        return cast(LossSeeingTerm, extra_loss)(live, loss.detach())
+    return cast(PlainLoss, extra_loss)(live)
 
 
-def _call(model: nn.Module, params: Params) -> Callable:
+def _call(model: nn.Module, params: Params) -> ModelCall:
     return lambda m, args, kwargs=None: functional_call(m, params, args, kwargs)
 
 
@@ -95,7 +116,7 @@ class Trainer:
 
     def train(self, params: Params, data: PreparedClient, epochs: int, batch_size: int | None,
               extra_loss: ExtraLoss | None = None, batch_loss: BatchLoss | None = None,
-              memory: dict | None = None, on_batch: BatchHook | None = None,
+              memory: dict[str, Any] | None = None, on_batch: BatchHook | None = None,
               on_epoch: EpochHook | None = None) -> tuple[Params, TrainStats]:
         """Train from ``params`` (left untouched) for ``epochs`` on the train split.
 
@@ -108,9 +129,9 @@ class Trainer:
         # by name, so that a persistent state meets the same tensors whatever order a message
         # lists them in (FedLit's server and client list its prototypes at different places)
         optimizer = self.make_optimizer([live[k] for k in sorted(live)])
-        keep = self.optimizer.persistent and memory is not None
-        if keep and "optimizer" in memory:
-            optimizer.load_state_dict(memory["optimizer"])
+        kept = memory if self.optimizer.persistent else None
+        if kept is not None and "optimizer" in kept:
+            optimizer.load_state_dict(kept["optimizer"])
         call = _call(self.model, live)
         self.model.train()
         total, steps, samples = 0.0, 0, 0
@@ -121,12 +142,13 @@ class Trainer:
                     on_batch(live, batch)
                 if batch_loss is None:
                     logits = batch.forward(self.model, call)
-                else:
-                    logits, embedding = batch.forward(self.model, call, with_embedding=True)
+                else:  # a BatchLoss is given for graph-level clients only
+                    logits, embedding = cast(GraphBatch, batch).forward(
+                        self.model, call, with_embedding=True)
                 loss = F.cross_entropy(logits, batch.targets)
                 objective = loss if extra_loss is None else loss + _extra(extra_loss, live, loss)
                 if batch_loss is not None:
-                    objective = objective + batch_loss(live, batch, embedding)
+                    objective = objective + batch_loss(live, cast(GraphBatch, batch), embedding)
                 objective.backward()
                 optimizer.step()
                 n = len(batch.targets)
@@ -136,14 +158,14 @@ class Trainer:
             if on_epoch is not None:
                 with torch.no_grad():
                     on_epoch(live)
-        if keep:
-            memory["optimizer"] = optimizer.state_dict()
+        if kept is not None:
+            kept["optimizer"] = optimizer.state_dict()
         trained = {k: v.detach() for k, v in live.items()}
         return trained, TrainStats(total / max(samples, 1), steps, samples)
 
     @torch.no_grad()
     def evaluate(self, params: Params, data: PreparedClient,
-                 splits: tuple[str, ...] | None = None) -> dict[str, dict]:
+                 splits: tuple[str, ...] | None = None) -> SplitMetrics:
         """Per split: accuracy, mean loss, micro/macro F1, the sample count, and the accuracy on
         the samples outside ``data``'s training-majority class (none on a set without training
         samples, such as the global test set).
@@ -171,13 +193,13 @@ class Trainer:
                             self.own_splits if splits is None else splits)
 
     def split_metrics(self, outputs: dict[str, tuple[Tensor, Tensor]], data: PreparedClient
-                      ) -> dict[str, dict]:
+                      ) -> SplitMetrics:
         """``classification_metrics`` of each split's (logits, targets), the minority taken
         against ``data``'s training-majority class."""
         return self.clients_split_metrics([outputs], [data])[0]
 
     def clients_split_metrics(self, outputs: list[dict[str, tuple[Tensor, Tensor]]],
-                              clients: list[PreparedClient]) -> list[dict[str, dict]]:
+                              clients: list[PreparedClient]) -> list[SplitMetrics]:
         """``split_metrics`` of many clients, computed together (``many_classification_metrics``):
         what a batched evaluation scores in one pass."""
         scored = [(logits, target, data.train_majority)
@@ -192,7 +214,15 @@ class Trainer:
         ``eval_train_split``."""
         return ("val", "test", "train") if self.eval_train_split else ("val", "test")
 
-    def forward(self, params: Params, batch: GraphBatch, **kwargs):
+    @overload
+    def forward(self, params: Params, batch: NodeBatch | GraphBatch) -> Tensor: ...
+
+    @overload
+    def forward(self, params: Params, batch: GraphBatch, *, with_embedding: Literal[True]
+                ) -> tuple[Tensor, Tensor]: ...
+
+    def forward(self, params: Params, batch: NodeBatch | GraphBatch, **kwargs: bool
+                ) -> Tensor | tuple[Tensor, Tensor]:
         """One differentiable forward pass of ``batch`` under ``params`` (current mode)."""
         return batch.forward(self.model, _call(self.model, params), **kwargs)
 
