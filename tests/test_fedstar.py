@@ -17,6 +17,7 @@ from graphfed.models.structure import (
     random_walk_encoding,
     structure_encoding,
 )
+from graphfed.protocol import fit_scalars
 from graphfed.serialization import safe_load
 from tests.conftest import require
 
@@ -148,7 +149,7 @@ def test_round_shares_only_the_structure_channel():
     assert names == sorted(server.shared)
     assert {n.split(".")[1] for n in names} == {"embed", "convs"}
     expected_spec, scalars = server.reply_spec(0)
-    assert set(expected_spec) == set(names) and scalars == ("num_samples",)
+    assert set(expected_spec) == set(names) and scalars == fit_scalars()
     assert all(dtype == torch.float32 for _, dtype in expected_spec.values())
 
     record = fed.fit_round(1)

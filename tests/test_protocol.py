@@ -6,7 +6,15 @@ import torch
 from graphfed.config import load_config
 from graphfed.experiment import build_federation
 from graphfed.mechanisms.aggregation import weighted_average
-from graphfed.protocol import Message, MessageError, check_message, finite_messages
+from graphfed.protocol import (
+    COUNT,
+    LOSS,
+    Message,
+    MessageError,
+    check_message,
+    check_metrics,
+    finite_messages,
+)
 from tests.conftest import require
 
 
@@ -27,7 +35,7 @@ def test_weighted_average_rejects_bad_weights():
 
 def test_check_message_accepts_a_matching_message():
     m = Message({"w": torch.zeros(2, 3)}, {"num_samples": 5})
-    check_message(m, {"w": ((2, 3), torch.float32)}, ("num_samples",))
+    check_message(m, {"w": ((2, 3), torch.float32)}, {"num_samples": COUNT})
 
 
 @pytest.mark.parametrize(("message", "match"), [
@@ -41,6 +49,58 @@ def test_check_message_accepts_a_matching_message():
 def test_check_message_rejects_malformed_messages(message, match):
     with pytest.raises(MessageError, match=match):
         check_message(message, {"w": ((2, 3), torch.float32)})
+
+
+DECLARED = {"num_samples": COUNT, "train_loss": LOSS.optional}
+
+
+@pytest.mark.parametrize(("scalars", "match"), [
+    ({"num_samples": 3, "extra": 1.0}, "undeclared scalar 'extra'"),
+    ({"train_loss": 0.5}, r"missing scalars \['num_samples'\]"),
+    ({"num_samples": 2.5}, "'num_samples' is not an integer"),
+    ({"num_samples": -1}, "'num_samples' is outside"),
+    ({"num_samples": 3, "train_loss": -1e308}, "'train_loss' is outside"),
+    ({"num_samples": 3, "train_loss": 1e300}, "'train_loss' is outside"),  # above float32's
+    ({"num_samples": 3, "train_loss": 10**400}, "does not fit a float"),
+    ({"num_samples": 3, "train_loss": "low"}, "is a str, not a number"),
+    ({"num_samples": 10**5000}, "an integer of 16610 bits"),  # no repr, still one line
+])
+def test_declared_scalars_are_checked_against_their_ranges(scalars, match):
+    check_message(Message(scalars={"num_samples": 3, "train_loss": 0.0}), None, DECLARED)
+    with pytest.raises(MessageError, match=match):
+        check_message(Message(scalars=scalars), None, DECLARED)
+
+
+@pytest.mark.parametrize(("tensor", "match"), [
+    (torch.zeros(2, 3).to_sparse(), "not a dense one"),
+    (torch.zeros(2, 3, device="meta"), "meta tensor"),
+    (torch.zeros(2, 3, dtype=torch.complex64), "not real numbers"),
+    ((1.0, 2.0), "is a tuple, not a tensor"),
+])
+def test_only_dense_tensors_of_real_values_cross(tensor, match):
+    with pytest.raises(MessageError, match=match):
+        check_message(Message({"w": tensor}))
+    assert finite_messages({0: Message({"w": tensor})}) == set()  # and nothing is computed
+
+
+def _metrics(**test) -> dict:
+    return {"test": {"acc": 0.5, "loss": 1.0, "macro_f1": 0.4, "n": 10, **test}}
+
+
+def test_evaluation_metrics_are_declared_and_in_range():
+    check_metrics(_metrics(minority_n=4, minority_acc=0.25, micro_f1=0.5), "client 0")
+    check_metrics(_metrics(loss=float("nan"), n=0, acc=0.0), "client 0")  # an empty split
+    bad = {"acc": _metrics(acc=1e300), "loss": _metrics(loss=float("nan")),
+           "minority": _metrics(minority_n=11), "n": _metrics(n=-3),
+           "unknown": _metrics(recall=0.5)}
+    for why, metrics in bad.items():
+        with pytest.raises(MessageError, match="client 0, split test"):
+            check_metrics(metrics, "client 0")
+        assert why
+    for metrics in ([], {"test": [0.5]}, {"train_and_test": _metrics()["test"]},
+                    {"test": {"loss": 1.0, "macro_f1": 0.4, "n": 10}}):
+        with pytest.raises(MessageError, match="client 0"):
+            check_metrics(metrics, "client 0")
 
 
 def test_the_finite_check_names_the_bad_tensor_and_accepts_sums_that_overflow():

@@ -23,6 +23,8 @@ from graphfed.mechanisms.robust import (
     bucket_means,
     check_rule,
     robust_average,
+    unusable_updates,
+    update_norms,
 )
 from graphfed.protocol import NUM_SAMPLES
 from graphfed.runtime.attack import AttackingClient
@@ -133,6 +135,28 @@ def test_bucketing_lets_the_median_keep_two_honest_groups_apart_from_an_attacker
     plain = robust_average(_models(*rows), [1] * 7, _rule("median"))
     assert float(plain["w"][0]) == 0.0
     assert 0.0 < float(bucketed["w"][0]) <= 2.0
+
+
+def test_update_norms_are_replies_minus_what_was_sent_and_overflow_in_float32():
+    sent = {0: {"w": torch.tensor([1.0, 1.0]), "ids": torch.tensor([5])},
+            1: {"w": torch.tensor([1.0, 1.0])}}
+    replies = {0: {"w": torch.tensor([4.0, 5.0]), "ids": torch.tensor([9]),
+                   "e": torch.tensor([0.0, 12.0], dtype=torch.float16)},  # not sent: as it is
+               1: {"w": torch.tensor([3e38, -3e38])},  # finite values, a norm float32 lacks
+               2: {"w": torch.tensor([float("nan"), 0.0])}}
+    norms = update_norms(replies, sent)
+    assert norms[0] == pytest.approx(13.0)  # sqrt(3² + 4² + 12²); integer tensors not counted
+    assert norms[1] == float("inf") and norms[2] != norms[2]
+    assert update_norms({0: {}}, {}) == {0: 0.0}
+
+
+def test_unusable_updates_are_non_finite_or_far_above_the_rounds_median():
+    norms = {0: 1.0, 1: 2.0, 2: 3.0, 3: 2.5e6, 4: float("inf")}
+    assert set(unusable_updates(norms, 1e6)) == {3, 4}  # median 2 (of the finite norms)
+    assert set(unusable_updates(norms, None)) == {4}
+    assert unusable_updates({0: 1.0, 1: 1e36}, 1e6).keys() == {1}  # the lower median of two
+    assert unusable_updates({0: 0.0, 1: 0.0, 2: 5.0}, 1e6) == {}  # a median of 0 bounds nothing
+    assert unusable_updates({0: 3.5e38}, None).keys() == {0}  # above float32's largest value
 
 
 # ------------------------------------------------------------------ config

@@ -171,7 +171,8 @@ def build_client(config: ExperimentConfig, seed: int, algorithm: Algorithm, setu
 
 def client_sizes(data: FederatedData) -> tuple[ClientSize, ...]:
     """Every client's size as the partition made it: what the server weighs replies by."""
-    return tuple(ClientSize(c.num_samples("train"), c.num_nodes) for c in data.clients)
+    return tuple(ClientSize(c.num_samples("train"), c.num_nodes, c.num_samples("val"),
+                            c.num_samples("test")) for c in data.clients)
 
 
 def _prepared(config: ExperimentConfig, trainer: Trainer, data: ClientData | None,

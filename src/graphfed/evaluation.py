@@ -27,6 +27,13 @@ Run level, for ``s`` in ``val``, ``test``:
   (Zhou et al. 2025, Sec. VII-A) measure it on the clients' *training* losses F_i, over every
   client evaluated: the mean F̄, the population variance (1/N) Σ (F_i − F̄)² (lower is fairer)
   and the entropy −Σ p_i log p_i of p_i = F_i / Σ_j F_j (higher is fairer, at most log N).
+
+Every one of these run-level numbers is self-reported (``self_reported`` names them for a
+summary): each is computed from the clients' own evaluations, which the server cannot repeat (it
+holds none of their data). The boundary bounds them (``protocol.METRICS``: accuracies in [0, 1],
+finite non-negative losses, and the validation and test counts the partition gives, see
+``runtime.base``); within those bounds a client's claim stands. What the server measures itself
+(``global_test_*``, on the global model) is not among them.
 """
 
 from __future__ import annotations
@@ -88,6 +95,12 @@ def summarise(records: list[dict]) -> dict:
     for split in OWN_SPLITS:
         out.update(pooled_summary(records, split))
     return out
+
+
+def self_reported(records: list[dict]) -> list[str]:
+    """The names of the run-level numbers ``summarise`` gives for ``records``: all of them rest
+    on the clients' own claims, which a summary should say."""
+    return sorted(summarise(records))
 
 
 def pooled_summary(records: list[dict], split: str) -> dict:

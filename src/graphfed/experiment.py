@@ -41,7 +41,7 @@ from graphfed.checkpoints import fingerprint, load_checkpoint, resumed_lines, sa
 from graphfed.config import ConfigError, ExperimentConfig, load_config
 from graphfed.data.federated import FederatedData
 from graphfed.errors import GraphfedError
-from graphfed.evaluation import client_record, summarise
+from graphfed.evaluation import client_record, self_reported, summarise
 from graphfed.metrics import mean_std
 from graphfed.progress import RoundProgress
 from graphfed.protocol import SERVER_DEVICE, Server
@@ -134,6 +134,8 @@ class Federation:
             out.update(global_test_acc=g["acc"], global_test_macro_f1=g["macro_f1"],
                        global_test_loss=g["loss"])
         out["clients"] = per_client
+        if self.runtime.evaluation_dropped:  # replies that failed the boundary's checks
+            out["evaluation_dropped"] = self.runtime.evaluation_dropped
         out["eval_seconds"] = time.perf_counter() - start
         return out
 
@@ -238,6 +240,8 @@ def seed_summary(fed: Federation, lines: list[dict], seconds: float) -> dict:
                "rounds": sum(line["round"] > 0 for line in lines), "seconds": seconds,
                "train_seconds": sum(line["train_seconds"] for line in lines),
                "eval_seconds": sum(line.get("eval_seconds", 0.0) for line in lines)}
+    # the final numbers computed from what the clients claim (their evaluations), not checked
+    summary["self_reported"] = [k for k in self_reported(last_eval["clients"]) if k in final]
     chosen = attackers(fed.config, fed.seed, fed.data.num_clients)
     if chosen:
         summary["attackers"] = chosen
@@ -278,6 +282,8 @@ def combine_seeds(config: ExperimentConfig, summaries: list[dict]) -> dict:
         "partition_ids": {str(s["seed"]): s["partition_id"] for s in summaries},
         "final": {k: v["mean"] for k, v in over.items()},
         "over_seeds": over,
+        "self_reported": sorted({k for s in summaries for k in s.get("self_reported", [])}
+                                & set(over)),
         "rounds": config.rounds,
         "seconds": sum(s["seconds"] for s in summaries),
     }

@@ -35,13 +35,113 @@ SCALAR_BYTES = 8
 SERVER_DEVICE = torch.device("cpu")
 K = TypeVar("K")
 
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+
 # the reply scalars the shared round logic reads by name
 NUM_SAMPLES = "num_samples"  # training samples behind a client's update (aggregation weight)
 TRAIN_LOSS = "train_loss"  # mean training loss of the client's local epochs (recorded per round)
 
 
 class MessageError(GraphfedError):
-    """A message that fails the boundary check (names, shapes, dtypes, finite values)."""
+    """A message that fails the boundary check (names, types, shapes, dtypes, ranges)."""
+
+
+@dataclass(frozen=True)
+class ScalarRange:
+    """The values one scalar a client sends may take, declared beside its name in a reply spec
+    so that the boundary refuses a number no honest client could send: a finite real number in
+    [``low``, ``high``], an integer with ``integer``; ``required`` ones must be present; ``nan``
+    also allows NaN (a mean over no sample, such as the loss of an empty split)."""
+
+    low: float = -math.inf
+    high: float = math.inf
+    integer: bool = False
+    required: bool = True
+    nan: bool = False
+
+    @property
+    def optional(self) -> ScalarRange:
+        """This range for a scalar a reply may leave out."""
+        return replace(self, required=False)
+
+    def problem(self, value: Any) -> str | None:
+        """Why ``value`` is not in this range (not a real number that fits a float, NaN,
+        infinite, not an integer, out of bounds); None when it is."""
+        if not isinstance(value, (int, float)):  # a bool is an int
+            return f"is a {type(value).__name__}, not a number"
+        try:
+            number = float(value)
+        except (OverflowError, TypeError, ValueError):
+            return "does not fit a float"
+        if math.isnan(number):
+            return None if self.nan else "is NaN"
+        if math.isinf(number):
+            return "is infinite"
+        if self.integer and not isinstance(value, int):
+            return "is not an integer"
+        if not self.low <= number <= self.high:
+            return f"is outside [{self.low:g}, {self.high:g}]"
+        return None
+
+
+ScalarSpec = Mapping[str, ScalarRange]
+REAL = ScalarRange()  # any finite real number
+COUNT = ScalarRange(0, integer=True)  # samples, items, rounds: a non-negative integer
+# a loss, a privacy budget: finite and non-negative; a loss computed in float32 is at most its
+# largest value, so a claim above it is no loss a client computed
+LOSS = ScalarRange(0.0, FLOAT32_MAX)
+UNIT = ScalarRange(0.0, 1.0)  # an accuracy, an F1 score, a share
+FLAG = ScalarRange(0, 1, integer=True)  # a yes/no (a bool, or 0 or 1)
+# what ``Client.reply`` writes in every fit reply; ``fit_scalars`` adds an algorithm's own
+FIT_SCALARS: dict[str, ScalarRange] = {NUM_SAMPLES: COUNT, TRAIN_LOSS: LOSS.optional}
+
+
+def fit_scalars(extra: ScalarSpec | None = None) -> dict[str, ScalarRange]:
+    """The scalars of a fit reply made by ``Client.reply``: ``FIT_SCALARS`` and ``extra``, the
+    algorithm's own, each with its range."""
+    return {**FIT_SCALARS, **(extra or {})}
+
+
+def shown(value: Any) -> str:
+    """``value`` for a log line or an error, short whatever a peer sent (a Python integer of
+    thousands of digits has no printable repr)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**30:
+        return f"an integer of {value.bit_length()} bits"
+    try:
+        text = repr(value)
+    except Exception:  # a peer's object whose repr fails is still refused, not a crash
+        return f"a {type(value).__name__}"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def check_scalars(scalars: Mapping[str, Any], declared: ScalarSpec | None, sender: str) -> None:
+    """Raise MessageError unless every scalar is declared and in its range and every required
+    one is present; ``declared`` None: any names, each a finite real number."""
+    for name, value in scalars.items():
+        rule = REAL if declared is None else declared.get(name)
+        if rule is None:
+            raise MessageError(f"{sender}: undeclared scalar {shown(name)}")
+        why = rule.problem(value)
+        if why is not None:
+            raise MessageError(f"{sender}: scalar '{name}' {why} ({shown(value)})")
+    missing = [] if declared is None else [
+        name for name, rule in declared.items() if rule.required and name not in scalars]
+    if missing:
+        raise MessageError(f"{sender}: missing scalars {missing}")
+
+
+def tensor_problem(tensor: Any) -> str | None:
+    """Why ``tensor`` is no tensor the server can read (not a tensor, sparse, nested, without
+    data, complex or quantized values); None for a dense strided one of real values."""
+    if type(tensor) not in (Tensor, torch.nn.Parameter):
+        return f"is a {type(tensor).__name__}, not a tensor"
+    if tensor.is_nested or tensor.layout != torch.strided:
+        return f"is a {'nested' if tensor.is_nested else tensor.layout} tensor, not a dense one"
+    if tensor.is_meta:
+        return "is a meta tensor, without values"
+    if tensor.is_complex() or tensor.is_quantized:
+        return f"has dtype {tensor.dtype}, not real numbers"
+    return None
 
 
 @dataclass
@@ -95,28 +195,31 @@ def spec_of(tensors: dict[str, Tensor]) -> TensorSpec:
 
 
 def check_message(message: Message, expected: TensorSpec | None = None,
-                  required_scalars: tuple[str, ...] = (), sender: str = "message",
+                  scalars: ScalarSpec | None = None, sender: str = "message",
                   finite: bool | None = None) -> None:
-    """Raise MessageError unless ``message`` is well formed and matches ``expected``.
-    ``finite``: whether ``finite_messages`` found its floating-point tensors finite, when the
-    caller checked many messages at once; None checks here."""
+    """Raise MessageError unless ``message`` is well formed and matches ``expected`` (tensor
+    names, shapes, dtypes) and ``scalars`` (the declared scalars and their ranges; None: any
+    finite real numbers). ``finite``: whether the caller found its floating-point tensors
+    finite in one pass over many messages (``finite_messages``, or the runtime's update
+    norms); None checks here."""
     if not isinstance(message, Message):
         raise MessageError(f"{sender}: expected a Message, got {type(message).__name__}")
+    if not isinstance(message.tensors, dict) or not isinstance(message.scalars, dict):
+        raise MessageError(f"{sender}: tensors and scalars must be dicts")
+    for name in [*message.tensors, *message.scalars]:
+        if not isinstance(name, str):
+            raise MessageError(f"{sender}: a name is a {type(name).__name__}, not a str")
     for name, t in message.tensors.items():
-        if not isinstance(t, Tensor):
-            raise MessageError(f"{sender}: '{name}' is a {type(t).__name__}, not a tensor")
+        why = tensor_problem(t)
+        if why is not None:
+            raise MessageError(f"{sender}: '{name}' {why}")
     if finite is None:
         finite = bool(finite_messages({sender: message}))
     if not finite:  # a non-finite norm: find the culprit, if any
         for name, t in message.tensors.items():
             if t.is_floating_point() and not bool(torch.isfinite(t).all()):
                 raise MessageError(f"{sender}: '{name}' has NaN or infinite values")
-    for name, v in message.scalars.items():
-        if not isinstance(v, (int, float, bool)) or (isinstance(v, float) and not math.isfinite(v)):
-            raise MessageError(f"{sender}: scalar '{name}' is not a finite number ({v!r})")
-    missing = [s for s in required_scalars if s not in message.scalars]
-    if missing:
-        raise MessageError(f"{sender}: missing scalars {missing}")
+    check_scalars(message.scalars, scalars, sender)
     if expected is None:
         return
     got = message.spec()
@@ -137,8 +240,7 @@ def finite_messages(messages: Mapping[K, Any]) -> set[K]:
     norm non-finite. Finite values overflow the norm only near the float32 range (norms of
     narrower types are taken in float32); ``check_message`` then looks element by element."""
     groups: dict[tuple, tuple[list[Tensor], list[K]]] = {}
-    senders = {key for key, m in messages.items() if isinstance(m, Message)
-               and all(isinstance(t, Tensor) for t in m.tensors.values())}
+    senders = {key for key, m in messages.items() if readable(m)}
     for key in senders:
         for t in messages[key].tensors.values():
             if t.is_floating_point() and t.numel():
@@ -153,6 +255,14 @@ def finite_messages(messages: Mapping[K, Any]) -> set[K]:
         failed.update(key for key, norm in zip(owners, norms, strict=True)
                       if not math.isfinite(norm))
     return senders - failed
+
+
+def readable(message: Any) -> bool:
+    """Whether ``message`` is a Message whose tensors the server can compute on (each passes
+    ``tensor_problem``): what a pass over many messages' values may take in, before the
+    boundary check names what is wrong with the others."""
+    return (isinstance(message, Message) and isinstance(message.tensors, dict)
+            and all(tensor_problem(t) is None for t in message.tensors.values()))
 
 
 def _shape_fits(got: tuple[int, ...], expected: tuple[int, ...]) -> bool:
@@ -170,11 +280,20 @@ class AlgorithmOptions(BaseModel):
 @dataclass(frozen=True)
 class ClientSize:
     """What the operator knows of a client from the partition it made: its training samples
-    (the aggregation weight) and its nodes. The server reads sizes from here, never from a
-    reply, so a client cannot weigh itself into the model by claiming a size."""
+    (the aggregation weight), its nodes, and its validation and test samples (None where the
+    operator did not record them). The server reads sizes from here, never from a reply, so a
+    client cannot weigh itself into the model, or into a pooled accuracy, by claiming a
+    size."""
 
     train: int
     nodes: int
+    val: int | None = None
+    test: int | None = None
+
+    def samples(self, split: Any) -> int | None:
+        """The samples of an evaluated ``split`` the partition gave the client; None where the
+        server does not know them (the shared global test set, an unrecorded split)."""
+        return {"val": self.val, "test": self.test}.get(split)
 
 
 @dataclass
@@ -242,8 +361,9 @@ class Server(ABC):
         Empty (the default) means the algorithm has no setup phase."""
         return {}
 
-    def setup_reply_spec(self, client: int) -> tuple[TensorSpec | None, tuple[str, ...]]:
-        return None, ()
+    def setup_reply_spec(self, client: int) -> tuple[TensorSpec | None, ScalarSpec]:
+        """Expected tensor spec and declared scalars (with their ranges) of a setup reply."""
+        return None, {}
 
     def check_setup_reply(self, client: int, message: Message) -> None:
         """Checks of a setup reply beyond ``setup_reply_spec`` (shapes that depend on each
@@ -258,9 +378,11 @@ class Server(ABC):
     def configure_fit(self, rnd: int, clients: list[int]) -> dict[int, Message]:
         """The message each sampled client receives this round."""
 
-    def reply_spec(self, client: int) -> tuple[TensorSpec | None, tuple[str, ...]]:
-        """Expected tensor spec and required scalars of a client's fit reply."""
-        return None, ()
+    def reply_spec(self, client: int) -> tuple[TensorSpec | None, ScalarSpec]:
+        """Expected tensor spec of a client's fit reply (None: any tensors) and its declared
+        scalars, each with its range (``fit_scalars``): a reply with a scalar not declared, or
+        out of its range, is dropped at the boundary."""
+        return None, fit_scalars()
 
     def check_reply(self, client: int, message: Message) -> None:
         """Checks of a fit reply beyond names and shapes (e.g. values that must sum to 1);
@@ -343,7 +465,9 @@ class Client(ABC):
         """A fit reply: ``tensors``, the client's training-sample count, its training loss
         (when it trained) and any further scalars. The server replaces the count with the one
         it knows from the partition (``Setup.client_sizes``); a client states it so that a
-        server without the partition (a test, a custom runtime) still weighs replies."""
+        server without the partition (a test, a custom runtime) still weighs replies. Further
+        scalars are declared, with their ranges, in the server's ``reply_spec``
+        (``fit_scalars``): the boundary drops a reply with an undeclared one."""
         head: dict[str, Scalar] = {NUM_SAMPLES: ctx.data.num_samples("train")}
         if stats is not None:
             head[TRAIN_LOSS] = stats.loss
@@ -371,6 +495,32 @@ class Client(ABC):
         if ctx.global_test is not None:
             metrics["global"] = ctx.trainer.evaluate(params, ctx.global_test, ("test",))["test"]
         return metrics
+
+
+# what ``Client.evaluate`` returns: for each evaluated split, these metrics in these ranges
+EVALUATED_SPLITS = ("val", "test", "train", "global")
+METRICS: dict[str, ScalarRange] = {
+    "acc": UNIT, "loss": replace(LOSS, nan=True), "macro_f1": UNIT, "micro_f1": UNIT.optional,
+    "n": COUNT, "minority_n": COUNT.optional, "minority_acc": UNIT.optional}
+
+
+def check_metrics(metrics: Any, sender: str) -> None:
+    """Raise MessageError unless ``metrics`` is an evaluate reply: for some of
+    ``EVALUATED_SPLITS``, the ``METRICS`` in their ranges, a NaN loss only where the split has
+    no sample (the mean over nothing ``metrics.classification_metrics`` reports), and no more
+    minority samples than samples. Every number in it is the client's claim; this bounds what
+    a claim can do to a summary."""
+    if not isinstance(metrics, dict):
+        raise MessageError(f"{sender}: metrics are a {type(metrics).__name__}, not a dict")
+    for split, values in metrics.items():
+        if split not in EVALUATED_SPLITS or not isinstance(values, dict):
+            raise MessageError(f"{sender}: {shown(split)} is no evaluated split with metrics")
+        where = f"{sender}, split {split}"
+        check_scalars(values, METRICS, where)
+        if math.isnan(values["loss"]) and values["n"]:
+            raise MessageError(f"{where}: the loss of {values['n']} samples is NaN")
+        if values.get("minority_n", 0) > values["n"]:
+            raise MessageError(f"{where}: more minority samples than samples")
 
 
 def evaluates_params(client: Client) -> bool:

@@ -25,14 +25,20 @@ The median, trimmed mean and Krum are computed on the parameters themselves: sub
 same global model from every reply commutes with them (the median of x_i - g is the median of
 x_i, minus g; distances between x_i - g and x_j - g are those between x_i and x_j). Norm clipping
 does not commute, so it needs the global model (``reference``).
+
+Before any rule, the round logic drops the fit replies whose updates no rule can use
+(``unusable_updates``): an update whose norm overflows float32, or exceeds ``max_norm_ratio``
+times the round's median update norm. One client scaling its update by 1e36 would otherwise carry
+the mean (and a trimmed mean that trims nothing, as with few clients) to values whose next
+training step overflows, and every client's next reply would be NaN.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
-from typing import Literal
+from collections.abc import Mapping, Sequence
+from typing import Literal, TypeVar
 
 import torch
 from pydantic import BaseModel, Field
@@ -47,6 +53,8 @@ log = logging.getLogger("graphfed.aggregation")
 
 Rule = Literal["mean", "median", "trimmed_mean", "krum", "multi_krum", "norm_clip"]
 KRUM_RULES = ("krum", "multi_krum")
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+K = TypeVar("K")
 
 
 class AggregationOptions(BaseModel):
@@ -68,6 +76,10 @@ class AggregationOptions(BaseModel):
     bucket: int = Field(1, ge=1, description="every rule but mean: average the replies in "
                         "random buckets of this many before the rule (ICLR 2022 bucketing; "
                         "1: none)")
+    max_norm_ratio: float | None = Field(
+        1e6, gt=1.0, description="every algorithm: a fit reply whose update norm exceeds this "
+        "many times the round's median update norm is dropped (None: no such bound; an "
+        "update whose norm overflows float32 is dropped always)")
 
 
 def krum_tolerance(n: int, options: AggregationOptions) -> int | None:
@@ -185,3 +197,51 @@ def clipped_mean(updates: Tensor, weights: Tensor, clip: float | None) -> Tensor
     bound = clip if clip is not None else float(coordinate_median(norms.unsqueeze(1)))
     factors = (bound / norms.clamp_min(1e-12)).clamp(max=1.0)
     return (weights.to(updates.device) * factors) @ updates
+
+
+def update_norms(replies: Mapping[K, Params], sent: Mapping[K, Params]) -> dict[K, float]:
+    """The L2 norm of each reply's update: its floating-point tensors, each minus the tensor of
+    the same name, shape, dtype and device that ``sent`` gave its client (a model it trained),
+    or as it is where none was sent (an embedding, an update). Taken per tensor in the
+    tensor's dtype (half precision in float32) with one ``_foreach_norm`` per device and
+    dtype, so an update whose float32 norm overflows has an infinite norm, and a reply with a
+    NaN or an infinity anywhere a non-finite one: the norms are also the replies' finite
+    check (an L2 norm costs less than ``protocol.finite_messages``' L1 norm on the CPU)."""
+    groups: dict[tuple, tuple[list[Tensor], list[K]]] = {}
+    for key, tensors in replies.items():
+        base = sent.get(key, {})
+        for name, t in tensors.items():
+            if not t.is_floating_point() or not t.numel():
+                continue
+            b = base.get(name)
+            if torch.finfo(t.dtype).bits < 32:  # a half-precision difference overflows early
+                t, b = t.float(), None if b is None else b.float()
+            if (b is not None and b.shape == t.shape and b.dtype == t.dtype
+                    and b.device == t.device):
+                t = t - b
+            updates, owners = groups.setdefault((t.device, t.dtype), ([], []))
+            updates.append(t)
+            owners.append(key)
+    squares = dict.fromkeys(replies, 0.0)
+    with torch.no_grad():
+        for updates, owners in groups.values():
+            norms = torch.stack(torch._foreach_norm(updates, 2)).tolist()
+            for key, norm in zip(owners, norms, strict=True):
+                squares[key] += norm * norm
+    return {key: math.sqrt(square) for key, square in squares.items()}
+
+
+def unusable_updates(norms: Mapping[K, float], ratio: float | None) -> dict[K, str]:
+    """The replies whose update norms no aggregation can use, and why: a norm that is not
+    finite or overflows float32, or above ``ratio`` times the round's median norm (the lower
+    median of the finite ones, so one attacker of two does not set it; never when it is 0)."""
+    usable = sorted(n for n in norms.values() if math.isfinite(n) and n <= FLOAT32_MAX)
+    median = usable[(len(usable) - 1) // 2] if usable else 0.0
+    out = {}
+    for key, norm in norms.items():
+        if not (math.isfinite(norm) and norm <= FLOAT32_MAX):
+            out[key] = f"its update norm {norm:.3g} is not finite in float32"
+        elif ratio is not None and median > 0 and norm > ratio * median:
+            out[key] = (f"its update norm {norm:.3g} exceeds {ratio:g} times the round's "
+                        f"median {median:.3g} (aggregation.max_norm_ratio)")
+    return out

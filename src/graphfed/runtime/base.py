@@ -1,21 +1,37 @@
 """The round logic every runtime shares; a runtime only supplies the transport.
 
 Per round: sample clients, ask the server what each receives, deliver, check every reply at the
-boundary (a malformed reply is dropped and logged, never aggregated), aggregate, count bytes. The
-server believes no number a client could lie about: a reply's training-sample count is replaced
-by the one the partition gives (``Setup.client_sizes``).
+boundary (a malformed reply is dropped and logged, never aggregated), aggregate, count bytes.
+
+The server believes no number a client could lie about. The checks live here, in the round logic
+every runtime shares, so the in-process engines and Flower drop the same replies:
+
+* only the clients messaged this round may answer; a reply from any other is dropped;
+* every tensor is a dense tensor of real values, of the name, shape and dtype the server's
+  ``reply_spec`` expects; every scalar is declared there with its range (``ScalarRange``), and
+  an undeclared scalar, or one out of its range, drops the reply;
+* what the server knows it uses in place of the claim (logged where they differ): a reply's
+  training-sample count and an evaluation's validation and test counts come from the partition
+  (``Setup.client_sizes``);
+* a fit reply whose update no aggregation can use (its norm overflows float32, or exceeds
+  ``aggregation.max_norm_ratio`` times the round's median) is dropped;
+* an evaluation's metrics are those ``protocol.METRICS`` declares, in their ranges; what is left
+  is the client's word, and summaries say so (``evaluation.self_reported``).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from torch import Tensor
 
+from graphfed.mechanisms.robust import unusable_updates, update_norms
 from graphfed.protocol import (
     NUM_SAMPLES,
     SERVER_DEVICE,
@@ -25,7 +41,10 @@ from graphfed.protocol import (
     MessageError,
     Server,
     check_message,
+    check_metrics,
     finite_messages,
+    readable,
+    shown,
 )
 from graphfed.seeding import SERVER, seeded_call
 
@@ -70,6 +89,7 @@ class Runtime(ABC):
         self.client_fraction = client_fraction
         self.seed = seed
         self.rng = np.random.default_rng(seed)
+        self.evaluation_dropped: dict[int, str] = {}  # the last evaluation's dropped clients
 
     def sample_clients(self) -> list[int]:
         count = clients_per_round(self.client_fraction, self.num_clients)
@@ -97,11 +117,13 @@ class Runtime(ABC):
         return None
 
     def _exchange(self, rnd: int, sampled: list[int], messages: dict[int, Message],
-                  deliver, reply_spec, check_reply=None
+                  deliver, reply_spec, check_reply=None, bound_updates: bool = False
                   ) -> tuple[RoundRecord, dict[int, Message]]:
-        """Deliver ``messages``, keep the replies that pass the boundary check."""
+        """Deliver ``messages``, keep the replies that pass the boundary check (with
+        ``bound_updates``, also whose updates, reply minus what the client was sent, some
+        aggregation can use: ``mechanisms.robust.unusable_updates``)."""
         # a message sent to many clients is checked once; all are checked for finite values
-        # in one pass, and so are all the replies
+        # in one pass, and the replies by their update norms, also taken in one pass
         distinct: dict[int, tuple[int, Message]] = {}
         for client, message in messages.items():
             distinct.setdefault(id(message), (client, message))
@@ -109,20 +131,27 @@ class Runtime(ABC):
         for key, (client, message) in distinct.items():
             check_message(message, sender=f"server -> client {client}", finite=key in finite)
         replies, dropped = deliver(messages)
-        finite = finite_messages(replies)
+        replies = _asked(rnd, messages, replies)
+        computable = {c: m.tensors for c, m in replies.items() if readable(m)}
+        norms = update_norms(computable, {c: messages[c].tensors for c in computable})
         valid = {}  # in client order, whatever order replies arrived in: aggregation that
         for client, reply in sorted(replies.items()):  # concatenates or samples sees one order
             expected, scalars = reply_spec(client)
             try:
+                self._with_known_size(rnd, client, reply)
                 check_message(reply, expected, scalars, sender=f"client {client}",
-                              finite=client in finite)
+                              finite=math.isfinite(norms.get(client, math.nan)))
                 if check_reply is not None:
                     check_reply(client, reply)
             except MessageError as e:
-                log.warning("round %d: dropped reply of client %d: %s", rnd, client, e)
-                dropped[client] = str(e)
+                dropped[client] = _dropped(rnd, client, str(e))
                 continue
-            valid[client] = self._with_known_size(rnd, client, reply)
+            valid[client] = reply
+        if bound_updates:
+            ratio = self.server.setup.aggregation.max_norm_ratio
+            for client, why in unusable_updates({c: norms[c] for c in valid}, ratio).items():
+                dropped[client] = _dropped(rnd, client, f"client {client}: {why}")
+                del valid[client]
         if messages and not valid:
             reasons = "; ".join(f"client {c}: {why}" for c, why in sorted(dropped.items()))
             raise RoundFailed(f"round {rnd}: no client returned a valid reply ({reasons})")
@@ -130,24 +159,45 @@ class Runtime(ABC):
                   if TRAIN_LOSS in m.scalars]
         record = RoundRecord(
             round=rnd, sampled=sampled, answered=sorted(valid), dropped=dropped,
-            bytes_up=sum(m.nbytes for m in replies.values() if isinstance(m, Message)),
+            bytes_up=sum(_payload(m) for m in replies.values()),
             bytes_down=sum(m.nbytes for m in messages.values()),
             train_loss=sum(losses) / len(losses) if losses else None,
             wire_bytes=self.wire_bytes())
         return record, valid
 
-    def _with_known_size(self, rnd: int, client: int, reply: Message) -> Message:
-        """``reply`` with its training-sample count replaced by the partition's (a differing
-        claim is logged): the aggregation weight is never the client's word."""
+    def _with_known_size(self, rnd: int, client: int, reply: Message) -> None:
+        """Replace ``reply``'s training-sample count by the partition's (a differing claim is
+        logged): the aggregation weight is never the client's word. Before the boundary check,
+        so a claim is not refused for a value nothing reads."""
         sizes = self.server.setup.client_sizes
-        if NUM_SAMPLES not in reply.scalars or not sizes:
-            return reply
+        if not (sizes and isinstance(reply, Message) and isinstance(reply.scalars, dict)
+                and NUM_SAMPLES in reply.scalars):
+            return
         known, claimed = sizes[client].train, reply.scalars[NUM_SAMPLES]
-        if claimed != known:
-            log.warning("round %d: client %d claimed %r training samples; the partition gives "
-                        "%d, which is used", rnd, client, claimed, known)
+        if not (isinstance(claimed, (int, float)) and claimed == known):
+            log.warning("round %d: client %d claimed %s training samples; the partition gives "
+                        "%d, which is used", rnd, client, shown(claimed), known)
         reply.scalars[NUM_SAMPLES] = known
-        return reply
+
+    def _with_known_counts(self, rnd: int, client: int, metrics: Any) -> Any:
+        """``metrics`` (an evaluate reply) with each split's sample count replaced by the
+        partition's where the server knows it (a differing claim is logged), as
+        ``_with_known_size`` does for training: a client cannot weigh its accuracy into a
+        pooled one by claiming more samples."""
+        sizes = self.server.setup.client_sizes
+        if not sizes or not isinstance(metrics, dict):
+            return metrics
+        out = dict(metrics)
+        for split, values in metrics.items():
+            known = sizes[client].samples(split)
+            if known is None or not isinstance(values, dict) or "n" not in values:
+                continue
+            claimed = values["n"]
+            if not (isinstance(claimed, (int, float)) and claimed == known):
+                log.warning("round %d: client %d claimed %s %s samples; the partition gives "
+                            "%d, which is used", rnd, client, shown(claimed), split, known)
+            out[split] = {**values, "n": known}
+        return out
 
     def setup_round(self) -> RoundRecord | None:
         """The algorithm's one-off exchange before round 1 (round 0), if it has one."""
@@ -174,17 +224,58 @@ class Runtime(ABC):
         messages = self.server.configure_fit(rnd, sampled)
         record, valid = self._exchange(rnd, sampled, messages,
                                        lambda m: self.deliver_fit(rnd, m), self.server.reply_spec,
-                                       self.server.check_reply)
+                                       self.server.check_reply, bound_updates=True)
         self.server.aggregate_fit(rnd, valid)
         return record
 
     def evaluate_round(self, rnd: int) -> dict[int, dict]:
+        """Each answering client's metrics per split, those that pass the boundary check
+        (``protocol.check_metrics``); the others are dropped, logged and kept with why in
+        ``evaluation_dropped``, and the evaluation goes on without them."""
         with seeded_call(self.seed, rnd, SERVER, "evaluate"):
             messages = self.server.configure_evaluate(rnd, list(range(self.num_clients)))
-            return self.deliver_evaluate(rnd, messages)
+            results = _asked(rnd, messages, self.deliver_evaluate(rnd, messages))
+        valid, self.evaluation_dropped = {}, {}
+        for client, metrics in results.items():
+            metrics = self._with_known_counts(rnd, client, metrics)
+            try:
+                check_metrics(metrics, sender=f"client {client}")
+            except MessageError as e:
+                self.evaluation_dropped[client] = str(e)
+                log.warning("round %d: dropped evaluation of client %d: %s", rnd, client, e)
+                continue
+            valid[client] = metrics
+        return valid
 
     def state_dict(self) -> dict:
         return {"rng": self.rng.bit_generator.state}
 
     def load_state_dict(self, state: dict) -> None:
         self.rng.bit_generator.state = state["rng"]
+
+
+def _asked(rnd: int, messages: dict[int, Any], replies: dict[Any, Any]) -> dict[int, Any]:
+    """The ``replies`` of clients that were sent ``messages`` this round, under the server's
+    own client ids; a reply from any other sender (an unknown id, a client not sampled) is
+    dropped and logged, never checked or aggregated."""
+    for sender in replies:
+        if sender not in messages:
+            log.warning("round %d: dropped a reply from %s, which was not asked this round",
+                        rnd, shown(sender))
+    return {c: replies[c] for c in messages if c in replies}
+
+
+def _dropped(rnd: int, client: int, why: str) -> str:
+    """Log a reply dropped at the boundary; the reason its round record keeps."""
+    log.warning("round %d: dropped reply of client %d: %s", rnd, client, why)
+    return why
+
+
+def _payload(reply: Any) -> int:
+    """A reply's payload bytes (``Message.nbytes``), 0 for one whose tensors are not all
+    tensors (it is dropped, and has no size to count)."""
+    if not (isinstance(reply, Message) and isinstance(reply.tensors, dict)
+            and isinstance(reply.scalars, dict)
+            and all(isinstance(t, Tensor) for t in reply.tensors.values())):
+        return 0
+    return reply.nbytes

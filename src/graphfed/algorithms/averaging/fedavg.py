@@ -15,6 +15,7 @@ from graphfed.protocol import (
     Message,
     Server,
     Setup,
+    fit_scalars,
     spec_of,
 )
 from graphfed.tensors import Params
@@ -39,7 +40,7 @@ class FedAvgServer(Server):
         return {c: message for c in clients}
 
     def reply_spec(self, client):
-        return spec_of(self.params), (NUM_SAMPLES,)
+        return spec_of(self.params), fit_scalars()
 
     def aggregate_fit(self, rnd, replies):
         if not replies:

@@ -60,7 +60,7 @@ from graphfed.algorithms.averaging.fedavg import FedAvgClient, FedAvgOptions, Fe
 from graphfed.algorithms.registry import Algorithm, register
 from graphfed.models.fedgcn import FedGCNNet, neighbour_mean, neighbour_sums
 from graphfed.models.gnn import ModelOptions
-from graphfed.protocol import Message, MessageError
+from graphfed.protocol import FLAG, Message, MessageError
 from graphfed.training.step import LocalStep
 
 FEATURES = "fedgcn_features"
@@ -106,14 +106,18 @@ class FedGCNServer(FedAvgServer):
     def configure_setup(self, clients):
         return {c: Message() for c in clients} if self.setup.options.hops > 0 else {}
 
+    def reply_spec(self, client):
+        spec, scalars = super().reply_spec(client)
+        return spec, {**scalars, READY: FLAG}
+
     def setup_reply_spec(self, client):
         sizes = self.setup.client_sizes
         n = sizes[client].nodes if sizes else -1  # one row per node the partition gave it
         if self.setup.options.dedup_overlaps:
             return {"ids": ((n,), torch.long), "features": ((n, -1), torch.float32),
-                    "edges": ((2, -1), torch.long)}, ()
+                    "edges": ((2, -1), torch.long)}, {}
         return {"ids": ((n,), torch.long), "sums": ((n, -1), torch.float32),
-                "counts": ((n,), torch.float32)}, ()
+                "counts": ((n,), torch.float32)}, {}
 
     def check_setup_reply(self, client, message):
         ids = message.tensors["ids"]

@@ -50,13 +50,13 @@ from graphfed.models.link_type_gnn import (
 )
 from graphfed.models.link_types import assign_link_types, kmeans_plus_plus, prototype_means
 from graphfed.protocol import (
-    NUM_SAMPLES,
     AlgorithmOptions,
     Client,
     ClientContext,
     Message,
     MessageError,
     Setup,
+    fit_scalars,
     spec_of,
 )
 from graphfed.tensors import Params
@@ -121,7 +121,7 @@ class FedLitServer(FedAvgServer):
 
     def reply_spec(self, client):
         k = self.setup.options.link_types
-        return {**spec_of(self.params), CHANNEL_SAMPLES: ((k,), torch.int64)}, (NUM_SAMPLES,)
+        return {**spec_of(self.params), CHANNEL_SAMPLES: ((k,), torch.int64)}, fit_scalars()
 
     def check_reply(self, client, message):
         if bool((message.tensors[CHANNEL_SAMPLES] < 0).any()):

@@ -16,10 +16,12 @@ from pydantic import Field
 
 from graphfed.algorithms.averaging.fedavg import FedAvgClient, FedAvgOptions, FedAvgServer
 from graphfed.algorithms.registry import Algorithm, register
+from graphfed.protocol import ScalarRange
 from graphfed.tensors import Params
 from graphfed.training.step import LocalStep
 
 MU_KEY = "fedprox_mu"
+MU = "mu"  # reply scalar of the adaptive variant: the client's mu after its local epochs
 
 
 class FedProxOptions(FedAvgOptions):
@@ -64,6 +66,14 @@ class AdaptiveProximalTerm:
         return self.mu * (prox.detach() if self.detached else prox)
 
 
+class FedProxServer(FedAvgServer):
+    """FedAvg's server; an adaptive client's reply also states its mu (recorded, never used)."""
+
+    def reply_spec(self, client):
+        spec, scalars = super().reply_spec(client)
+        return spec, {**scalars, MU: ScalarRange(0.0).optional}
+
+
 class FedProxClient(FedAvgClient):
     def local_step(self, message, ctx):
         """The plain term is a standard step; the adaptive one (mu moving per batch) is not."""
@@ -78,11 +88,11 @@ class FedProxClient(FedAvgClient):
                                     message.tensors, self.options.compat_detached)
         params, stats = self.local_train(message.tensors, ctx, term)
         ctx.state[MU_KEY] = term.mu
-        return self.reply(params, ctx, stats, mu=term.mu)
+        return self.reply(params, ctx, stats, **{MU: term.mu})
 
 
 FEDPROX = register(Algorithm(
-    "fedprox", FedAvgServer, FedProxClient, FedProxOptions,
+    "fedprox", FedProxServer, FedProxClient, FedProxOptions,
     family="averaging",
     paper="Li et al., MLSys 2020 (FedProx)",
     batched=True,

@@ -25,10 +25,12 @@ Cora (5 METIS clients, 30 rounds, q = 1): the default Adam at lr 0.01 gave s = 0
 initial model's test accuracy, 0.17; SGD at lr 0.01 gave s = 0.996 but learns slowly (0.32);
 SGD at lr 0.5 gave 0.74 (FedAvg, uniform, same SGD: 0.78).
 
-Trust. F_k is the client's claim: the server has no data to check it, and q-FFL needs it. The
-server refuses a negative or non-finite F_k and adds the reference's 1e-10. Beyond that a client
-can lie: an F_k far above the others' gives it almost all the weight of the mean (its own model
-replaces the global one as s nears 1 when F_k grows), and F_k = 0 removes its update. Under the
+Trust. F_k is the client's claim: the server has no data to check it, and q-FFL needs it. Its
+reply spec declares F_k a loss (``protocol.LOSS``: finite, non-negative, at most float32's
+largest value, which no loss a client computed exceeds), so the boundary drops a reply claiming
+anything else; the server adds the reference's 1e-10. Within that range a client can lie: an
+F_k far above the others' gives it almost all the weight of the mean (its own model replaces
+the global one as s nears 1 when F_k grows), and F_k = 0 removes its update. Under the
 mean rule the new model stays in the convex hull of w and the returned models (s <= 1);
 ``aggregation.rule`` median, trimmed_mean or krum ignore the weights, which leaves a liar only
 the step s.
@@ -43,7 +45,7 @@ from graphfed.algorithms.averaging.local_sgd import LocalOptimizer, local_optimi
 from graphfed.algorithms.registry import Algorithm, register
 from graphfed.mechanisms.aggregation import global_step
 from graphfed.mechanisms.qffl import qffl_weights_and_step, squared_distance
-from graphfed.protocol import ClientContext, Message, MessageError, Setup
+from graphfed.protocol import LOSS, ClientContext, Message, MessageError, Setup
 from graphfed.seeding import preserved_rngs
 from graphfed.tensors import Params
 
@@ -88,7 +90,7 @@ class QFedAvgServer(FedAvgServer):
 
     def reply_spec(self, client):
         spec, scalars = super().reply_spec(client)
-        return spec, (*scalars, RECEIVED_LOSS)
+        return spec, {**scalars, RECEIVED_LOSS: LOSS}
 
     def check_reply(self, client, message):
         loss = message.scalars[RECEIVED_LOSS]

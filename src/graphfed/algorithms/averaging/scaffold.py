@@ -56,7 +56,7 @@ from graphfed.algorithms.registry import Algorithm, register
 from graphfed.mechanisms.aggregation import global_step
 from graphfed.mechanisms.control_variates import add, control_delta, correction
 from graphfed.mechanisms.updates import under_prefix, with_prefix
-from graphfed.protocol import NUM_SAMPLES, ClientContext, Message, spec_of
+from graphfed.protocol import ClientContext, Message, fit_scalars, spec_of
 from graphfed.tensors import Params
 from graphfed.training import TrainStats
 from graphfed.training.step import LocalStep
@@ -111,7 +111,7 @@ class ScaffoldServer(FedAvgServer):
 
     def reply_spec(self, client):
         return ({**spec_of(self.params), **spec_of(with_prefix(self.control, CONTROL))},
-                (NUM_SAMPLES,))
+                fit_scalars())
 
     def aggregate_fit(self, rnd, replies):
         if not replies:

@@ -40,7 +40,17 @@ from graphfed.algorithms.personalized.base import PersonalClient
 from graphfed.algorithms.registry import Algorithm, RunView, register
 from graphfed.mechanisms.clustering import min_cut
 from graphfed.mechanisms.updates import LayerScope, add_flat, delta, shared_names
-from graphfed.protocol import NUM_SAMPLES, AlgorithmOptions, Message, Server, Setup
+from graphfed.protocol import (
+    NUM_SAMPLES,
+    AlgorithmOptions,
+    Message,
+    ScalarRange,
+    Server,
+    Setup,
+    fit_scalars,
+)
+
+FITS = "fit"  # reply scalar: the client's fits so far, which tags the mean it is sent back
 
 
 class GCFLOptions(AlgorithmOptions):
@@ -81,7 +91,8 @@ class GCFLServer(Server):
     configure_evaluate = configure_fit
 
     def reply_spec(self, client):
-        return {"update": ((self.dim,), torch.float32)}, (NUM_SAMPLES, "fit")
+        return {"update": ((self.dim,), torch.float32)}, fit_scalars(
+            {FITS: ScalarRange(1, integer=True)})
 
     def split_cluster(self, rnd: int, members: list[int], updates: dict[int, torch.Tensor]
                       ) -> tuple[list[int], list[int]]:
@@ -119,7 +130,7 @@ class GCFLServer(Server):
             total = sum(sizes[c] for c in members)
             mean = sum(updates[c].double() * sizes[c] for c in members) / total
             self.updates.update({c: mean.float() for c in members})
-            self.tags.update({c: int(replies[c].scalars["fit"]) for c in members})
+            self.tags.update({c: int(replies[c].scalars[FITS]) for c in members})
 
     def record(self, updates: dict[int, torch.Tensor]) -> None:
         """Per-round bookkeeping before clustering (GCFL+: the update-norm sequences)."""
@@ -149,7 +160,7 @@ class GCFLClient(PersonalClient):
         # the shared parameters go back to where the round started; the cluster mean comes next
         ctx.state["params"] = {k: start[k] if k in self.names else v for k, v in trained.items()}
         ctx.state["fits"] = ctx.state.get("fits", 0) + 1
-        return self.reply({"update": update.float()}, ctx, stats, fit=ctx.state["fits"])
+        return self.reply({"update": update.float()}, ctx, stats, **{FITS: ctx.state["fits"]})
 
 
 GCFL = register(Algorithm(

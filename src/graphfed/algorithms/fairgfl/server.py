@@ -31,7 +31,17 @@ from graphfed.algorithms.fairgfl.options import (
 from graphfed.errors import GraphfedError
 from graphfed.mechanisms import overlap, privacy
 from graphfed.metrics import spearman
-from graphfed.protocol import NUM_SAMPLES, Message, MessageError, Setup, spec_of
+from graphfed.protocol import LOSS as LOSS_RANGE
+from graphfed.protocol import (
+    NUM_SAMPLES,
+    Message,
+    ScalarRange,
+    Setup,
+    fit_scalars,
+    spec_of,
+)
+
+BUDGET = ScalarRange(0.0)  # a privacy budget spent: finite, non-negative
 
 
 class FairGFLServer(FedAvgServer):
@@ -88,14 +98,7 @@ class FairGFLServer(FedAvgServer):
         spec = spec_of(self.params)
         spec[ENCODINGS] = ((b, self.options.code_dim), torch.float32)
         spec[LINKS] = ((math.ceil(b * b / 8),), torch.uint8)
-        return spec, (NUM_SAMPLES, LOSS, EPS_NODE, EPS_LINK)
-
-    def check_reply(self, client, message):
-        for name in (LOSS, EPS_NODE, EPS_LINK):
-            value = message.scalars[name]
-            if isinstance(value, bool) or value < 0:
-                raise MessageError(f"client {client}: {name} must be a non-negative number, "
-                                   f"got {value!r}")
+        return spec, fit_scalars({LOSS: LOSS_RANGE, EPS_NODE: BUDGET, EPS_LINK: BUDGET})
 
     def aggregate_fit(self, rnd, replies):
         if not replies:

@@ -15,7 +15,7 @@ from graphfed.algorithms.fedego.options import (
 )
 from graphfed.mechanisms.updates import with_prefix
 from graphfed.models.ego import PersonalLayers, PersonalMLP, tree_size
-from graphfed.protocol import NUM_SAMPLES, Message, MessageError, Server, Setup
+from graphfed.protocol import Message, MessageError, Server, Setup, fit_scalars
 from graphfed.training import Trainer
 from graphfed.training.trainer import OptimizerOptions
 
@@ -67,7 +67,7 @@ class FedEgoServer(Server):
         spec = {REDUCTION + k: (tuple(v.shape), v.dtype) for k, v in self.theta.items()}
         spec["mashed_x"] = ((-1, self.size, hidden), torch.float32)
         spec["mashed_y"] = ((-1, self.size, self.setup.num_classes), torch.float32)
-        return spec, (NUM_SAMPLES,)
+        return spec, fit_scalars()
 
     def check_reply(self, client, message):
         sums = message.tensors["mashed_y"].sum(-1)

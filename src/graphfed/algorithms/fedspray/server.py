@@ -15,7 +15,15 @@ import torch
 from graphfed.algorithms.fedspray import encoder, proxies
 from graphfed.algorithms.fedspray.options import CLASS_RATIOS, ENCODER, PROXIES, FedSprayOptions
 from graphfed.mechanisms.robust import robust_average
-from graphfed.protocol import NUM_SAMPLES, Message, MessageError, Server, Setup
+from graphfed.protocol import (
+    NUM_SAMPLES,
+    Message,
+    MessageError,
+    ScalarRange,
+    Server,
+    Setup,
+    fit_scalars,
+)
 
 NUM_FEATURES = "num_features"  # the setup reply's scalar: d_x, which sizes g_e
 
@@ -35,7 +43,8 @@ class FedSprayServer(Server):
         return {c: Message() for c in clients}
 
     def setup_reply_spec(self, client):
-        return {CLASS_RATIOS: ((self.setup.num_classes,), torch.float32)}, (NUM_FEATURES,)
+        return ({CLASS_RATIOS: ((self.setup.num_classes,), torch.float32)},
+                {NUM_FEATURES: ScalarRange(1, integer=True)})
 
     def check_setup_reply(self, client, message):
         ratios = message.tensors[CLASS_RATIOS]
@@ -43,10 +52,6 @@ class FedSprayServer(Server):
         if bool((ratios < 0).any()) or not (math.isclose(total, 1.0, abs_tol=1e-4) or total == 0):
             raise MessageError(f"client {client}: class ratios must be non-negative and sum "
                                f"to 1, got sum {total:.6f}")
-        d_x = message.scalars[NUM_FEATURES]
-        if not isinstance(d_x, int) or d_x < 1:
-            raise MessageError(f"client {client}: num_features must be a positive integer, "
-                               f"got {d_x!r}")
 
     def aggregate_setup(self, replies):
         """Keep each client's class ratios; draw ω once d_x is known (the same for all)."""
@@ -67,7 +72,7 @@ class FedSprayServer(Server):
 
     def reply_spec(self, client):
         return (encoder.message_spec(self.num_features, self.setup.num_classes, self.options),
-                (NUM_SAMPLES,))
+                fit_scalars())
 
     def aggregate_fit(self, rnd, replies):
         if not replies:

@@ -46,7 +46,7 @@ class FGFLServer(RewardServer):
         spec = {"motif_keys": ((-1, -1), torch.long), "motif_counts": ((-1,), torch.long)}
         if self.use_prototypes:
             spec["prototypes"] = ((-1, -1), torch.float32)
-        return spec, ()
+        return spec, {}
 
     def check_setup_reply(self, client, message):
         """A vocabulary the server can decode: one count and (with prototypes) one prototype

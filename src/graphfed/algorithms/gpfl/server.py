@@ -38,7 +38,7 @@ from graphfed.algorithms.gpfl.options import EMBEDDING, PROPERTY_VECTOR, UPDATE,
 from graphfed.data.properties import PROPERTIES
 from graphfed.mechanisms.client_network import mix, stack
 from graphfed.mechanisms.updates import under_prefix
-from graphfed.protocol import NUM_SAMPLES, Message, MessageError, Server, Setup
+from graphfed.protocol import Message, MessageError, Server, Setup, fit_scalars
 
 NETWORK_DECIMALS = 4  # the recorded network, rounded: small enough to keep every round
 # bounds of the per-graph properties whose range is known (density, closeness in [0, 1])
@@ -65,7 +65,7 @@ class GPFLServer(Server):
         return {c: Message() for c in clients}
 
     def setup_reply_spec(self, client):
-        return {PROPERTY_VECTOR: ((len(PROPERTIES),), torch.float32)}, ()
+        return {PROPERTY_VECTOR: ((len(PROPERTIES),), torch.float32)}, {}
 
     def check_setup_reply(self, client, message):
         """Mean properties a graph can have: density and closeness in [0, 1], degree >= 0."""
@@ -92,7 +92,7 @@ class GPFLServer(Server):
         spec = {UPDATE + k: (tuple(v.shape), v.dtype) for k, v in self.models[client].items()}
         spec[EMBEDDING] = ((self.options.random_graphs * self.setup.num_classes,),
                            torch.float32)
-        return spec, (NUM_SAMPLES,)
+        return spec, fit_scalars()
 
     def check_reply(self, client, message):
         """The embedding is R rows of log-probabilities over the classes."""

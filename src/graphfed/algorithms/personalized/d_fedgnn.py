@@ -30,12 +30,12 @@ from graphfed.algorithms.personalized.base import PersonalClient
 from graphfed.algorithms.registry import Algorithm, register
 from graphfed.mechanisms.updates import under_prefix, with_prefix
 from graphfed.protocol import (
-    NUM_SAMPLES,
     AlgorithmOptions,
     ClientContext,
     Message,
     Server,
     Setup,
+    fit_scalars,
     spec_of,
 )
 from graphfed.tensors import Params
@@ -86,7 +86,7 @@ class DFedGNNServer(Server):
     configure_evaluate = configure_fit
 
     def reply_spec(self, client):
-        return spec_of(self.setup.initial_params), (NUM_SAMPLES,)
+        return spec_of(self.setup.initial_params), fit_scalars()
 
     def aggregate_fit(self, rnd, replies):
         for c, m in replies.items():

@@ -68,7 +68,13 @@ from graphfed.models.masked_gcn import (
     is_mask,
     weights_only,
 )
-from graphfed.protocol import NUM_SAMPLES, AlgorithmOptions, ClientContext, Message, spec_of
+from graphfed.protocol import (
+    AlgorithmOptions,
+    ClientContext,
+    Message,
+    fit_scalars,
+    spec_of,
+)
 from graphfed.tensors import Params
 from graphfed.training.trainer import ExtraLoss
 
@@ -184,7 +190,7 @@ class FedPubServer(NetworkServer):
         params = self.setup.initial_params
         spec = spec_of(params)
         spec[EMBEDDING] = ((embedding_width(params),), torch.float32)
-        return spec, (NUM_SAMPLES,)
+        return spec, fit_scalars()
 
     def network(self, clients, models, sizes, replies):
         embeddings = torch.stack([r.tensors[EMBEDDING] for r in replies])

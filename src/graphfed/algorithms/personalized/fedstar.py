@@ -25,7 +25,15 @@ from graphfed.algorithms.personalized.base import PersonalClient
 from graphfed.algorithms.registry import Algorithm, RunView, register
 from graphfed.mechanisms.aggregation import weighted_average
 from graphfed.models.structure import NODE_FEATURE_LAYERS, build_dual_channel, structure_names
-from graphfed.protocol import NUM_SAMPLES, AlgorithmOptions, Message, Server, Setup, spec_of
+from graphfed.protocol import (
+    NUM_SAMPLES,
+    AlgorithmOptions,
+    Message,
+    Server,
+    Setup,
+    fit_scalars,
+    spec_of,
+)
 from graphfed.tensors import Params
 
 
@@ -60,7 +68,7 @@ class FedStarServer(Server):
     configure_evaluate = configure_fit
 
     def reply_spec(self, client):
-        return spec_of(self.shared), (NUM_SAMPLES,)
+        return spec_of(self.shared), fit_scalars()
 
     def aggregate_fit(self, rnd, replies):
         if not replies:

@@ -19,7 +19,7 @@ class LocalServer(Server):
         return {c: Message() for c in clients}
 
     def reply_spec(self, client):
-        return {}, ()
+        return {}, {}
 
     def aggregate_fit(self, rnd, replies):
         return None

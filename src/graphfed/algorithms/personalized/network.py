@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from graphfed.mechanisms.client_network import stack
-from graphfed.protocol import NUM_SAMPLES, Message, Server, Setup, spec_of
+from graphfed.protocol import NUM_SAMPLES, Message, Server, Setup, fit_scalars, spec_of
 from graphfed.tensors import Params
 
 
@@ -54,7 +54,7 @@ class NetworkServer(Server):
         return {c: Message(dict(self.outbox.get(c, {}))) for c in clients}
 
     def reply_spec(self, client):
-        return spec_of(self.setup.initial_params), (NUM_SAMPLES,)
+        return spec_of(self.setup.initial_params), fit_scalars()
 
     def collect(self, replies: dict[int, Message]) -> tuple[list[int], list[Params], Tensor]:
         """The clients that replied (sorted), their models and their training sizes."""

@@ -37,7 +37,15 @@ from graphfed.mechanisms.updates import (
     shared_names,
     unflatten,
 )
-from graphfed.protocol import NUM_SAMPLES, TRAIN_LOSS, AlgorithmOptions, Message, Server, Setup
+from graphfed.protocol import (
+    NUM_SAMPLES,
+    TRAIN_LOSS,
+    AlgorithmOptions,
+    Message,
+    Server,
+    Setup,
+    fit_scalars,
+)
 from graphfed.tensors import Params
 
 
@@ -102,7 +110,7 @@ class RewardServer(Server):
         spec = {"update": ((self.dim,), torch.float32)}
         if self.setup.options.global_model == "mean_of_agents":
             spec["model"] = ((self.dim,), torch.float32)
-        return spec, (NUM_SAMPLES,)
+        return spec, fit_scalars()
 
     # ------------------------------------------------------------ method hooks
     def aggregation_weights(self, clients: list[int]) -> Tensor:

@@ -12,6 +12,7 @@ from graphfed.algorithms.averaging.fedsage_plus.generator import mend_with, trai
 from graphfed.algorithms.averaging.fedsage_plus.impair import Impaired, hide_nodes
 from graphfed.algorithms.averaging.fedsage_plus.messages import (
     GEN,
+    GEN_LOSS,
     MENDED,
     TRAIN_GEN,
     split_message,
@@ -42,7 +43,7 @@ class FedSagePlusClient(FedAvgClient):
     def _gen_reply(self, params, ctx) -> tuple[dict[str, Tensor], dict]:
         data = self._impaired(ctx)
         trained, loss = train_neighgen(params, data, self.setup.num_classes, self.options)
-        return with_prefix(trained, GEN), {"gen_loss": loss}
+        return with_prefix(trained, GEN), {GEN_LOSS: loss}
 
     def answer_setup(self, message, ctx):
         tensors, scalars = self._gen_reply(None, ctx)

@@ -11,6 +11,7 @@ from graphfed.protocol import Message
 GEN = "gen."  # prefix of the generator's tensors in a message
 TRAIN_GEN = "fedsage+_train_gen"  # scalar: the client trains the received generator
 MENDED = "fedsage+_mended"  # reply scalar: the client has mended its graph
+GEN_LOSS = "gen_loss"  # reply scalar: NeighGen's loss in the client's last local step
 
 
 def split_message(message: Message) -> tuple[dict[str, Tensor], dict[str, Tensor]]:

@@ -8,13 +8,14 @@ from graphfed.algorithms.averaging.fedavg import FedAvgServer
 from graphfed.algorithms.averaging.fedsage_plus.impair import kept_nodes
 from graphfed.algorithms.averaging.fedsage_plus.messages import (
     GEN,
+    GEN_LOSS,
     MENDED,
     TRAIN_GEN,
     split_message,
 )
 from graphfed.errors import GraphfedError
 from graphfed.mechanisms.updates import with_prefix
-from graphfed.protocol import NUM_SAMPLES, Message, MessageError, spec_of
+from graphfed.protocol import FLAG, LOSS, Message, MessageError, fit_scalars, spec_of
 
 
 class FedSagePlusServer(FedAvgServer):
@@ -31,6 +32,9 @@ class FedSagePlusServer(FedAvgServer):
 
     def configure_setup(self, clients):
         return {c: Message() for c in clients} if self.setup.options.gen_rounds > 0 else {}
+
+    def setup_reply_spec(self, client):
+        return None, {GEN_LOSS: LOSS}
 
     def check_setup_reply(self, client, message):
         if not message.tensors or not all(k.startswith(GEN) for k in message.tensors):
@@ -81,7 +85,7 @@ class FedSagePlusServer(FedAvgServer):
         spec = spec_of(self.params)
         if client in self.training_gen:
             spec.update({GEN + k: (tuple(v.shape), v.dtype) for k, v in self.gen.items()})
-        return spec, (NUM_SAMPLES,)
+        return spec, fit_scalars({MENDED: FLAG, GEN_LOSS: LOSS.optional})
 
     def aggregate_fit(self, rnd, replies):
         self.mended |= {c for c, m in replies.items() if m.scalars.get(MENDED)}
