@@ -15,7 +15,7 @@ import torch
 from graphfed.build import attackers
 from graphfed.config import load_config
 from graphfed.experiment import Federation, build_federation, run_seed
-from graphfed.protocol import TRAIN_LOSS, Message
+from graphfed.messages import TRAIN_LOSS, Message
 from graphfed.runtime.base import Runtime
 from graphfed.runtime.simulation import SimulationRuntime
 from tests.conftest import require

@@ -23,7 +23,7 @@ from graphfed.algorithms import registry
 from graphfed.algorithms.registry import FAMILIES, Algorithm, load_all
 from graphfed.config import load_config
 from graphfed.experiment import build_federation, resume_experiment, run_experiment
-from graphfed.protocol import Message
+from graphfed.messages import Message
 from tests.conftest import SMALL_RUN, cpu_threads, interrupted_run, require
 
 ALGORITHMS = load_all()

@@ -10,7 +10,8 @@ from graphfed.checkpoints import load_checkpoint, save_checkpoint
 from graphfed.config import OptimizerOptions, load_config
 from graphfed.data.datasets import is_present
 from graphfed.experiment import build_federation
-from graphfed.protocol import SERVER_DEVICE, ClientContext, Message
+from graphfed.messages import Message
+from graphfed.protocol import SERVER_DEVICE, ClientContext
 from graphfed.runtime.base import answer_on_client
 from graphfed.tensors import move_tensors
 from graphfed.training import Trainer

@@ -24,8 +24,9 @@ from graphfed.config import load_config
 from graphfed.errors import GraphfedError
 from graphfed.experiment import build_federation
 from graphfed.mechanisms.client_network import stack
+from graphfed.messages import Message, MessageError, check_message
 from graphfed.models.masked_gcn import MaskedGCN, is_mask, weights_only
-from graphfed.protocol import Message, MessageError, Setup, check_message
+from graphfed.protocol import Setup
 from tests.conftest import require
 
 CLIENTS = 3

@@ -9,7 +9,8 @@ import torch
 from graphfed.algorithms.personalized.fedamp import code_weights, paper_weights
 from graphfed.algorithms.registry import get_algorithm
 from graphfed.mechanisms.client_network import stack
-from graphfed.protocol import Message, Setup
+from graphfed.messages import Message
+from graphfed.protocol import Setup
 from tests.conftest import evaluated_after, require
 
 INITIAL = {"w": torch.zeros(2, 3), "b": torch.full((3,), 0.5)}

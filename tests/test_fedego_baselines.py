@@ -19,9 +19,10 @@ from graphfed.algorithms.averaging.graphfl import meta_gradient, support_query
 from graphfed.algorithms.registry import get_algorithm
 from graphfed.config import load_config
 from graphfed.experiment import build_federation, run_experiment
+from graphfed.messages import Message
 from graphfed.models.fedgcn import neighbour_mean
 from graphfed.models.gnn import ModelOptions, build_model
-from graphfed.protocol import ClientContext, Message, Setup
+from graphfed.protocol import ClientContext, Setup
 from graphfed.training.batches import NodeBatch
 from tests.conftest import require
 

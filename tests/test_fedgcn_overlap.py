@@ -10,7 +10,7 @@ import torch
 from graphfed.algorithms.averaging.fedgcn import FEATURES
 from graphfed.config import load_config
 from graphfed.experiment import build_federation
-from graphfed.protocol import Message, MessageError
+from graphfed.messages import Message, MessageError
 
 OVERLAPPING = ["algorithm=fedgcn", "dataset=Cora", "partition=major_labels",
                "partition.overlap=true", "partition.client_size=0.4", "num_clients=4",

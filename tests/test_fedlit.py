@@ -13,6 +13,7 @@ from graphfed.cli import app
 from graphfed.config import load_config
 from graphfed.experiment import build_federation
 from graphfed.mechanisms.channel_alignment import channel_weights
+from graphfed.messages import Message
 from graphfed.models.gnn import ModelOptions
 from graphfed.models.link_type_gnn import PROTOTYPES, LinkTypeGNN, is_channel_parameter
 from graphfed.models.link_types import (
@@ -21,7 +22,6 @@ from graphfed.models.link_types import (
     kmeans_plus_plus,
     prototype_means,
 )
-from graphfed.protocol import Message
 from tests.conftest import error_line, require
 
 CORA = ["dataset=Cora", "partition=metis", "num_clients=3", "device=cpu", "algorithm=fedlit"]

@@ -10,6 +10,7 @@ from torch_geometric.data import Batch, Data
 from graphfed.algorithms.personalized.fedstar import FedStarServer
 from graphfed.config import load_config
 from graphfed.experiment import build_federation
+from graphfed.messages import fit_scalars
 from graphfed.models.gnn import ModelOptions
 from graphfed.models.structure import (
     DualChannelGIN,
@@ -17,7 +18,6 @@ from graphfed.models.structure import (
     random_walk_encoding,
     structure_encoding,
 )
-from graphfed.protocol import fit_scalars
 from graphfed.serialization import safe_load
 from tests.conftest import require
 

@@ -31,7 +31,8 @@ from graphfed.mechanisms.sparse_rewards import (
     top_magnitude,
     value_weights,
 )
-from graphfed.protocol import Message, Setup
+from graphfed.messages import Message
+from graphfed.protocol import Setup
 from tests.conftest import interrupted_run, require
 
 FGFL_PROTOCOL = ["dataset=PROTEINS", "algorithm=fgfl", "model=gin", "partition=gcfl_chunk",

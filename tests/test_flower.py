@@ -11,7 +11,7 @@ import torch
 
 from graphfed.config import ConfigError, load_config
 from graphfed.launch import run as run_experiment
-from graphfed.protocol import Message
+from graphfed.messages import Message
 from tests.conftest import require
 
 flwr = pytest.importorskip("flwr", reason="Flower is not installed (pip install '.[flower]')")

@@ -15,7 +15,8 @@ from graphfed.config import load_config
 from graphfed.experiment import build_federation
 from graphfed.mechanisms.clustering import dtw_distance
 from graphfed.mechanisms.updates import flatten
-from graphfed.protocol import Message, Setup
+from graphfed.messages import Message
+from graphfed.protocol import Setup
 from graphfed.serialization import safe_load
 from tests.conftest import require
 

@@ -20,7 +20,8 @@ from graphfed.config import load_config
 from graphfed.data.properties import PROPERTIES
 from graphfed.experiment import build_federation
 from graphfed.mechanisms.client_network import cosine_similarities, mix
-from graphfed.protocol import Message, Setup
+from graphfed.messages import Message
+from graphfed.protocol import Setup
 from tests.conftest import require
 from tests.test_bad_input import error_line, invoke
 

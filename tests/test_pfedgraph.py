@@ -14,7 +14,8 @@ from graphfed.algorithms.personalized.pfedgraph import (
 from graphfed.algorithms.registry import get_algorithm
 from graphfed.mechanisms.client_network import stack
 from graphfed.mechanisms.updates import under_prefix
-from graphfed.protocol import Message, Setup
+from graphfed.messages import Message
+from graphfed.protocol import Setup
 from tests.conftest import evaluated_after, require
 
 

@@ -28,7 +28,7 @@ from graphfed.mechanisms.privacy import (
     sparsify_links,
     unpack_bits,
 )
-from graphfed.protocol import Message
+from graphfed.messages import Message
 
 DRAWS = 20_000
 Z = 4.0  # one-sided normal quantile of every confidence bound below: tail 3.2e-5 per bound

@@ -6,7 +6,7 @@ import torch
 from graphfed.config import load_config
 from graphfed.experiment import build_federation
 from graphfed.mechanisms.aggregation import weighted_average
-from graphfed.protocol import (
+from graphfed.messages import (
     COUNT,
     LOSS,
     Message,

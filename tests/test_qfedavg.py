@@ -14,7 +14,8 @@ from graphfed.algorithms.registry import get_algorithm
 from graphfed.config import load_config
 from graphfed.experiment import build_federation
 from graphfed.mechanisms.robust import AggregationOptions
-from graphfed.protocol import Message, MessageError, Setup
+from graphfed.messages import Message, MessageError
+from graphfed.protocol import Setup
 from tests.conftest import require
 
 CORA = ["dataset=Cora", "partition=metis", "num_clients=3", "rounds=2", "device=cpu"]

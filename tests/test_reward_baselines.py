@@ -6,7 +6,8 @@ import torch
 from graphfed.algorithms.registry import get_algorithm
 from graphfed.config import load_config
 from graphfed.experiment import build_federation
-from graphfed.protocol import Message, Setup
+from graphfed.messages import Message
+from graphfed.protocol import Setup
 from tests.conftest import require
 
 

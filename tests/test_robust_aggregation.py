@@ -26,7 +26,7 @@ from graphfed.mechanisms.robust import (
     unusable_updates,
     update_norms,
 )
-from graphfed.protocol import NUM_SAMPLES
+from graphfed.messages import NUM_SAMPLES
 from graphfed.runtime.attack import AttackingClient
 from graphfed.seeding import seeded_call
 from tests.conftest import error_line, require

@@ -13,7 +13,8 @@ from graphfed.experiment import build_federation
 from graphfed.mechanisms.control_variates import control_delta
 from graphfed.mechanisms.robust import AggregationOptions
 from graphfed.mechanisms.updates import with_prefix
-from graphfed.protocol import Message, Setup
+from graphfed.messages import Message
+from graphfed.protocol import Setup
 from graphfed.seeding import seeded_call
 from tests.conftest import require
 

@@ -9,7 +9,7 @@ import torch
 
 from graphfed.config import load_config
 from graphfed.experiment import build_federation
-from graphfed.protocol import NUM_SAMPLES, Message, MessageError
+from graphfed.messages import NUM_SAMPLES, Message, MessageError
 from tests.conftest import require
 
 BASE = ["dataset=Cora", "algorithm=fedavg", "partition=louvain", "num_clients=3", "rounds=2",

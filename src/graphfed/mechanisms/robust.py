@@ -206,7 +206,7 @@ def update_norms(replies: Mapping[K, Params], sent: Mapping[K, Params]) -> dict[
     tensor's dtype (half precision in float32) with one ``_foreach_norm`` per device and
     dtype, so an update whose float32 norm overflows has an infinite norm, and a reply with a
     NaN or an infinity anywhere a non-finite one: the norms are also the replies' finite
-    check (an L2 norm costs less than ``protocol.finite_messages``' L1 norm on the CPU)."""
+    check (an L2 norm costs less than ``messages.finite_messages``' L1 norm on the CPU)."""
     groups: dict[tuple, tuple[list[Tensor], list[K]]] = {}
     for key, tensors in replies.items():
         base = sent.get(key, {})

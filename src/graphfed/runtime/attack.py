@@ -12,7 +12,8 @@ import numpy as np
 import torch
 
 from graphfed.mechanisms.attacks import ATTACKER_STREAM, CLAIMED_SIZE, AttackOptions, perturb
-from graphfed.protocol import NUM_SAMPLES, Client, ClientContext, Message
+from graphfed.messages import NUM_SAMPLES, Message
+from graphfed.protocol import Client, ClientContext
 from graphfed.tensors import Params
 from graphfed.training import TrainStats
 from graphfed.training.step import LocalStep

@@ -29,26 +29,49 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 from torch import Tensor
 
 from graphfed.mechanisms.robust import unusable_updates, update_norms
-from graphfed.protocol import (
+from graphfed.messages import (
     NUM_SAMPLES,
-    SERVER_DEVICE,
     TRAIN_LOSS,
-    ClientContext,
     Message,
     MessageError,
-    Server,
     check_message,
     check_metrics,
     finite_messages,
     readable,
     shown,
 )
+from graphfed.protocol import SERVER_DEVICE, ClientContext, Server
 from graphfed.seeding import SERVER, seeded_call
 
 log = logging.getLogger("graphfed.runtime")
+
+
+def move_messages(messages: dict[int, Message], device: torch.device | str
+                  ) -> dict[int, Message]:
+    """``Message.to`` for many messages at once: each tensor name whose tensors agree in shape,
+    dtype and device crosses in one stacked copy (the receiver gets views of its own copy, one
+    per message) instead of one copy per message; anything else moves one by one."""
+    moved = {c: Message({}, dict(m.scalars)) for c, m in messages.items()}
+    names = {name for m in messages.values() for name in m.tensors}
+    with torch.no_grad():  # copies that record no graph: no detach per tensor
+        for name in names:
+            holders = [c for c, m in messages.items() if name in m.tensors]
+            tensors = [messages[c].tensors[name] for c in holders]
+            first = tensors[0]
+            if len(tensors) > 1 and all(t.shape == first.shape and t.dtype == first.dtype
+                                        and t.device == first.device for t in tensors):
+                copies = torch.stack(tensors).to(device).unbind(0)
+            else:
+                copies = [t.to(device, copy=True) for t in tensors]
+            for c, copy in zip(holders, copies, strict=True):
+                moved[c].tensors[name] = copy
+    for c, m in messages.items():  # keep each message's own tensor order
+        moved[c].tensors = {name: moved[c].tensors[name] for name in m.tensors}
+    return moved
 
 
 def answer_on_client(answer: Callable[[Message, ClientContext], Any], message: Message,
@@ -230,7 +253,7 @@ class Runtime(ABC):
 
     def evaluate_round(self, rnd: int) -> dict[int, dict]:
         """Each answering client's metrics per split, those that pass the boundary check
-        (``protocol.check_metrics``); the others are dropped, logged and kept with why in
+        (``messages.check_metrics``); the others are dropped, logged and kept with why in
         ``evaluation_dropped``, and the evaluation goes on without them."""
         with seeded_call(self.seed, rnd, SERVER, "evaluate"):
             messages = self.server.configure_evaluate(rnd, list(range(self.num_clients)))

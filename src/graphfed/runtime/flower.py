@@ -20,7 +20,8 @@ from flwr.app import Message as FlowerMessage
 from flwr.serverapp import Grid
 
 from graphfed.errors import GraphfedError
-from graphfed.protocol import Message, MessageError, Server
+from graphfed.messages import Message, MessageError
+from graphfed.protocol import Server
 from graphfed.runtime import records
 from graphfed.runtime.base import RoundFailed, Runtime
 from graphfed.runtime.flower_options import FlowerOptions

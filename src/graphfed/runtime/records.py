@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-from graphfed.protocol import SCALAR_BYTES, Message, MessageError
+from graphfed.messages import SCALAR_BYTES, Message, MessageError
 
 TENSORS, SCALARS, CONTROL, METRICS = "tensors", "scalars", "graphfed", "metrics"
 STYPE = "graphfed.raw"

@@ -9,16 +9,9 @@ sequential path."""
 
 from __future__ import annotations
 
-from graphfed.protocol import (
-    SERVER_DEVICE,
-    Client,
-    ClientContext,
-    Message,
-    Server,
-    evaluates_params,
-    move_messages,
-)
-from graphfed.runtime.base import Runtime, answer_on_client, log
+from graphfed.messages import Message
+from graphfed.protocol import SERVER_DEVICE, Client, ClientContext, Server, evaluates_params
+from graphfed.runtime.base import Runtime, answer_on_client, log, move_messages
 from graphfed.seeding import call_seed, preserved_rngs, reseed, seed_all
 from graphfed.tensors import move_tensors
 from graphfed.training.batched import ClientJob, batch_refusal, train_together

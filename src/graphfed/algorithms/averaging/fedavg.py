@@ -7,17 +7,8 @@ from pydantic import Field
 
 from graphfed.algorithms.registry import Algorithm, register
 from graphfed.mechanisms.robust import robust_average
-from graphfed.protocol import (
-    NUM_SAMPLES,
-    AlgorithmOptions,
-    Client,
-    ClientContext,
-    Message,
-    Server,
-    Setup,
-    fit_scalars,
-    spec_of,
-)
+from graphfed.messages import NUM_SAMPLES, Message, fit_scalars, spec_of
+from graphfed.protocol import AlgorithmOptions, Client, ClientContext, Server, Setup
 from graphfed.tensors import Params
 from graphfed.training.step import LocalStep
 

@@ -58,9 +58,9 @@ from torch import Tensor
 
 from graphfed.algorithms.averaging.fedavg import FedAvgClient, FedAvgOptions, FedAvgServer
 from graphfed.algorithms.registry import Algorithm, register
+from graphfed.messages import FLAG, Message, MessageError
 from graphfed.models.fedgcn import FedGCNNet, neighbour_mean, neighbour_sums
 from graphfed.models.gnn import ModelOptions
-from graphfed.protocol import FLAG, Message, MessageError
 from graphfed.training.step import LocalStep
 
 FEATURES = "fedgcn_features"

@@ -40,6 +40,7 @@ from graphfed.mechanisms.channel_alignment import (
     channel_order,
     channel_weights,
 )
+from graphfed.messages import Message, MessageError, fit_scalars, spec_of
 from graphfed.models.gnn import ModelOptions
 from graphfed.models.link_type_gnn import (
     CHANNEL_LAYERS,
@@ -49,16 +50,7 @@ from graphfed.models.link_type_gnn import (
     node_projection,
 )
 from graphfed.models.link_types import assign_link_types, kmeans_plus_plus, prototype_means
-from graphfed.protocol import (
-    AlgorithmOptions,
-    Client,
-    ClientContext,
-    Message,
-    MessageError,
-    Setup,
-    fit_scalars,
-    spec_of,
-)
+from graphfed.protocol import AlgorithmOptions, Client, ClientContext, Setup
 from graphfed.tensors import Params
 
 CHANNEL_SAMPLES = "channel_samples"  # reply: training nodes each channel reached (K, int64)

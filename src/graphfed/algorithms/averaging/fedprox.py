@@ -16,7 +16,7 @@ from pydantic import Field
 
 from graphfed.algorithms.averaging.fedavg import FedAvgClient, FedAvgOptions, FedAvgServer
 from graphfed.algorithms.registry import Algorithm, register
-from graphfed.protocol import ScalarRange
+from graphfed.messages import ScalarRange
 from graphfed.tensors import Params
 from graphfed.training.step import LocalStep
 

@@ -26,7 +26,8 @@ from torch import Tensor
 
 from graphfed.algorithms.averaging.fedavg import FedAvgClient, FedAvgOptions, FedAvgServer
 from graphfed.algorithms.registry import Algorithm, register
-from graphfed.protocol import TRAIN_LOSS, ClientContext
+from graphfed.messages import TRAIN_LOSS
+from graphfed.protocol import ClientContext
 from graphfed.tensors import Params
 
 

@@ -26,7 +26,7 @@ initial model's test accuracy, 0.17; SGD at lr 0.01 gave s = 0.996 but learns sl
 SGD at lr 0.5 gave 0.74 (FedAvg, uniform, same SGD: 0.78).
 
 Trust. F_k is the client's claim: the server has no data to check it, and q-FFL needs it. Its
-reply spec declares F_k a loss (``protocol.LOSS``: finite, non-negative, at most float32's
+reply spec declares F_k a loss (``messages.LOSS``: finite, non-negative, at most float32's
 largest value, which no loss a client computed exceeds), so the boundary drops a reply claiming
 anything else; the server adds the reference's 1e-10. Within that range a client can lie: an
 F_k far above the others' gives it almost all the weight of the mean (its own model replaces
@@ -45,7 +45,8 @@ from graphfed.algorithms.averaging.local_sgd import LocalOptimizer, local_optimi
 from graphfed.algorithms.registry import Algorithm, register
 from graphfed.mechanisms.aggregation import global_step
 from graphfed.mechanisms.qffl import qffl_weights_and_step, squared_distance
-from graphfed.protocol import LOSS, ClientContext, Message, MessageError, Setup
+from graphfed.messages import LOSS, Message, MessageError
+from graphfed.protocol import ClientContext, Setup
 from graphfed.seeding import preserved_rngs
 from graphfed.tensors import Params
 

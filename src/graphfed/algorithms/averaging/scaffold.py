@@ -56,7 +56,8 @@ from graphfed.algorithms.registry import Algorithm, register
 from graphfed.mechanisms.aggregation import global_step
 from graphfed.mechanisms.control_variates import add, control_delta, correction
 from graphfed.mechanisms.updates import under_prefix, with_prefix
-from graphfed.protocol import ClientContext, Message, fit_scalars, spec_of
+from graphfed.messages import Message, fit_scalars, spec_of
+from graphfed.protocol import ClientContext
 from graphfed.tensors import Params
 from graphfed.training import TrainStats
 from graphfed.training.step import LocalStep

@@ -40,15 +40,8 @@ from graphfed.algorithms.personalized.base import PersonalClient
 from graphfed.algorithms.registry import Algorithm, RunView, register
 from graphfed.mechanisms.clustering import min_cut
 from graphfed.mechanisms.updates import LayerScope, add_flat, delta, shared_names
-from graphfed.protocol import (
-    NUM_SAMPLES,
-    AlgorithmOptions,
-    Message,
-    ScalarRange,
-    Server,
-    Setup,
-    fit_scalars,
-)
+from graphfed.messages import NUM_SAMPLES, Message, ScalarRange, fit_scalars
+from graphfed.protocol import AlgorithmOptions, Server, Setup
 
 FITS = "fit"  # reply scalar: the client's fits so far, which tags the mean it is sent back
 

@@ -22,7 +22,8 @@ from graphfed.algorithms.fairgfl.options import (
     FairGFLOptions,
 )
 from graphfed.mechanisms import privacy
-from graphfed.protocol import ClientContext, Message, check_message
+from graphfed.messages import Message, check_message
+from graphfed.protocol import ClientContext
 from graphfed.tensors import move_tensors
 
 ENCODER_STATE = "fairgfl_encoder"  # the encoder the server sent, kept in the client's state

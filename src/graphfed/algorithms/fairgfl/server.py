@@ -30,16 +30,10 @@ from graphfed.algorithms.fairgfl.options import (
 )
 from graphfed.errors import GraphfedError
 from graphfed.mechanisms import overlap, privacy
+from graphfed.messages import LOSS as LOSS_RANGE
+from graphfed.messages import NUM_SAMPLES, Message, ScalarRange, fit_scalars, spec_of
 from graphfed.metrics import spearman
-from graphfed.protocol import LOSS as LOSS_RANGE
-from graphfed.protocol import (
-    NUM_SAMPLES,
-    Message,
-    ScalarRange,
-    Setup,
-    fit_scalars,
-    spec_of,
-)
+from graphfed.protocol import Setup
 
 BUDGET = ScalarRange(0.0)  # a privacy budget spent: finite, non-negative
 

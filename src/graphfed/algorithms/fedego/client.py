@@ -17,7 +17,8 @@ from graphfed.algorithms.fedego.options import (
 )
 from graphfed.algorithms.personalized.base import PersonalClient
 from graphfed.mechanisms.updates import with_prefix
-from graphfed.protocol import ClientContext, Message
+from graphfed.messages import Message
+from graphfed.protocol import ClientContext
 from graphfed.tensors import Params
 
 

@@ -14,8 +14,9 @@ from graphfed.algorithms.fedego.options import (
     split_params,
 )
 from graphfed.mechanisms.updates import with_prefix
+from graphfed.messages import Message, MessageError, fit_scalars
 from graphfed.models.ego import PersonalLayers, PersonalMLP, tree_size
-from graphfed.protocol import Message, MessageError, Server, Setup, fit_scalars
+from graphfed.protocol import Server, Setup
 from graphfed.training import Trainer
 from graphfed.training.trainer import OptimizerOptions
 

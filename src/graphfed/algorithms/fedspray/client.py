@@ -19,8 +19,9 @@ from graphfed.algorithms.fedspray import encoder, proxies
 from graphfed.algorithms.fedspray.options import CLASS_RATIOS, ENCODER, PROXIES, FedSprayOptions
 from graphfed.algorithms.fedspray.server import NUM_FEATURES
 from graphfed.algorithms.personalized.base import PersonalClient
+from graphfed.messages import Message
 from graphfed.models.sparse import is_csr, to_csr
-from graphfed.protocol import ClientContext, Message
+from graphfed.protocol import ClientContext
 from graphfed.tensors import Params
 from graphfed.training import TrainStats
 

@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from graphfed.algorithms.fedspray.options import ENCODER, PROXIES, FedSprayOptions
+from graphfed.messages import TensorSpec
 from graphfed.models.sparse import linear
-from graphfed.protocol import TensorSpec
 from graphfed.tensors import Params
 
 EMBED, CLASSIFIER, PROJECTOR = ENCODER + "embed", ENCODER + "classifier", ENCODER + "projector"

@@ -15,15 +15,8 @@ import torch
 from graphfed.algorithms.fedspray import encoder, proxies
 from graphfed.algorithms.fedspray.options import CLASS_RATIOS, ENCODER, PROXIES, FedSprayOptions
 from graphfed.mechanisms.robust import robust_average
-from graphfed.protocol import (
-    NUM_SAMPLES,
-    Message,
-    MessageError,
-    ScalarRange,
-    Server,
-    Setup,
-    fit_scalars,
-)
+from graphfed.messages import NUM_SAMPLES, Message, MessageError, ScalarRange, fit_scalars
+from graphfed.protocol import Server, Setup
 
 NUM_FEATURES = "num_features"  # the setup reply's scalar: d_x, which sizes g_e
 

@@ -9,7 +9,7 @@ from graphfed.algorithms.fgfl.options import motif_term
 from graphfed.algorithms.fgfl.prototypes import motif_means
 from graphfed.algorithms.rewards.base import RewardClient
 from graphfed.data.motifs import build_vocabulary
-from graphfed.protocol import Message
+from graphfed.messages import Message
 
 
 class FGFLClient(RewardClient):

@@ -14,8 +14,8 @@ from graphfed.algorithms.rewards.base import RewardServer
 from graphfed.data.motifs import KEY_WIDTH, decode_keys
 from graphfed.mechanisms.payoff import fgfl_payoff, gradient_shapley
 from graphfed.mechanisms.sparse_rewards import value_weights
+from graphfed.messages import Message, MessageError
 from graphfed.metrics import pearson
-from graphfed.protocol import Message, MessageError
 
 log = logging.getLogger("graphfed.fgfl")
 

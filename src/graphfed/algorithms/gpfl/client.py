@@ -14,7 +14,8 @@ from graphfed.algorithms.gpfl.random_graphs import random_graph_batch
 from graphfed.algorithms.personalized.base import PersonalClient
 from graphfed.data.properties import graph_properties
 from graphfed.mechanisms.updates import with_prefix
-from graphfed.protocol import ClientContext, Message
+from graphfed.messages import Message
+from graphfed.protocol import ClientContext
 from graphfed.tensors import Params
 from graphfed.training.batches import GraphBatch, collate_graphs
 

@@ -38,7 +38,8 @@ from graphfed.algorithms.gpfl.options import EMBEDDING, PROPERTY_VECTOR, UPDATE,
 from graphfed.data.properties import PROPERTIES
 from graphfed.mechanisms.client_network import mix, stack
 from graphfed.mechanisms.updates import under_prefix
-from graphfed.protocol import Message, MessageError, Server, Setup, fit_scalars
+from graphfed.messages import Message, MessageError, fit_scalars
+from graphfed.protocol import Server, Setup
 
 NETWORK_DECIMALS = 4  # the recorded network, rounded: small enough to keep every round
 # bounds of the per-graph properties whose range is known (density, closeness in [0, 1])

@@ -44,7 +44,8 @@ from graphfed.algorithms.averaging.fedavg import FedAvgServer
 from graphfed.algorithms.personalized.base import PersonalClient
 from graphfed.algorithms.registry import Algorithm, register
 from graphfed.errors import GraphfedError
-from graphfed.protocol import AlgorithmOptions, ClientContext, Message
+from graphfed.messages import Message
+from graphfed.protocol import AlgorithmOptions, ClientContext
 from graphfed.tensors import Params
 from graphfed.training import Trainer
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from abc import abstractmethod
 
-from graphfed.protocol import Client, ClientContext, Message
+from graphfed.messages import Message
+from graphfed.protocol import Client, ClientContext
 from graphfed.tensors import Params
 from graphfed.training import TrainStats
 

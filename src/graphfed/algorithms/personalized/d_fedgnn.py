@@ -29,15 +29,8 @@ from torch import Tensor
 from graphfed.algorithms.personalized.base import PersonalClient
 from graphfed.algorithms.registry import Algorithm, register
 from graphfed.mechanisms.updates import under_prefix, with_prefix
-from graphfed.protocol import (
-    AlgorithmOptions,
-    ClientContext,
-    Message,
-    Server,
-    Setup,
-    fit_scalars,
-    spec_of,
-)
+from graphfed.messages import Message, fit_scalars, spec_of
+from graphfed.protocol import AlgorithmOptions, ClientContext, Server, Setup
 from graphfed.tensors import Params
 
 SIDES = ("prev", "next")

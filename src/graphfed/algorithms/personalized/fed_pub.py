@@ -60,6 +60,7 @@ from graphfed.algorithms.registry import Algorithm, register
 from graphfed.errors import GraphfedError
 from graphfed.mechanisms.aggregation import weighted_average
 from graphfed.mechanisms.client_network import cosine_similarities, exp_similarity_weights, mix
+from graphfed.messages import Message, fit_scalars, spec_of
 from graphfed.models.gnn import ModelOptions
 from graphfed.models.masked_gcn import (
     MaskedGCN,
@@ -68,13 +69,7 @@ from graphfed.models.masked_gcn import (
     is_mask,
     weights_only,
 )
-from graphfed.protocol import (
-    AlgorithmOptions,
-    ClientContext,
-    Message,
-    fit_scalars,
-    spec_of,
-)
+from graphfed.protocol import AlgorithmOptions, ClientContext
 from graphfed.tensors import Params
 from graphfed.training.trainer import ExtraLoss
 

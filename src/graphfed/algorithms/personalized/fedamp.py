@@ -48,7 +48,8 @@ from graphfed.mechanisms.client_network import (
     squared_distances,
     stack,
 )
-from graphfed.protocol import AlgorithmOptions, ClientContext, Message
+from graphfed.messages import Message
+from graphfed.protocol import AlgorithmOptions, ClientContext
 from graphfed.tensors import Params
 from graphfed.training.step import LocalStep
 

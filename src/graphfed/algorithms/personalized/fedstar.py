@@ -24,16 +24,9 @@ from pydantic import Field
 from graphfed.algorithms.personalized.base import PersonalClient
 from graphfed.algorithms.registry import Algorithm, RunView, register
 from graphfed.mechanisms.aggregation import weighted_average
+from graphfed.messages import NUM_SAMPLES, Message, fit_scalars, spec_of
 from graphfed.models.structure import NODE_FEATURE_LAYERS, build_dual_channel, structure_names
-from graphfed.protocol import (
-    NUM_SAMPLES,
-    AlgorithmOptions,
-    Message,
-    Server,
-    Setup,
-    fit_scalars,
-    spec_of,
-)
+from graphfed.protocol import AlgorithmOptions, Server, Setup
 from graphfed.tensors import Params
 
 

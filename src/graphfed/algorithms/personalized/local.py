@@ -6,7 +6,8 @@ The reference for "does federation help"; every client starts from the same init
 from __future__ import annotations
 
 from graphfed.algorithms.registry import Algorithm, register
-from graphfed.protocol import AlgorithmOptions, Client, Message, Server
+from graphfed.messages import Message
+from graphfed.protocol import AlgorithmOptions, Client, Server
 from graphfed.training.step import LocalStep
 
 

@@ -18,7 +18,8 @@ import torch
 from torch import Tensor
 
 from graphfed.mechanisms.client_network import stack
-from graphfed.protocol import NUM_SAMPLES, Message, Server, Setup, fit_scalars, spec_of
+from graphfed.messages import NUM_SAMPLES, Message, fit_scalars, spec_of
+from graphfed.protocol import Server, Setup
 from graphfed.tensors import Params
 
 

@@ -61,7 +61,8 @@ from graphfed.mechanisms.client_network import (
     stack,
 )
 from graphfed.mechanisms.updates import under_prefix, with_prefix
-from graphfed.protocol import AlgorithmOptions, ClientContext, Message
+from graphfed.messages import Message
+from graphfed.protocol import AlgorithmOptions, ClientContext
 from graphfed.tensors import Params
 from graphfed.training.trainer import ExtraLoss
 

@@ -37,15 +37,8 @@ from graphfed.mechanisms.updates import (
     shared_names,
     unflatten,
 )
-from graphfed.protocol import (
-    NUM_SAMPLES,
-    TRAIN_LOSS,
-    AlgorithmOptions,
-    Message,
-    Server,
-    Setup,
-    fit_scalars,
-)
+from graphfed.messages import NUM_SAMPLES, TRAIN_LOSS, Message, fit_scalars
+from graphfed.protocol import AlgorithmOptions, Server, Setup
 from graphfed.tensors import Params
 
 

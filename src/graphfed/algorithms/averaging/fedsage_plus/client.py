@@ -19,7 +19,7 @@ from graphfed.algorithms.averaging.fedsage_plus.messages import (
 )
 from graphfed.data.federated import NodeClient
 from graphfed.mechanisms.updates import with_prefix
-from graphfed.protocol import NUM_SAMPLES, TRAIN_LOSS, Message
+from graphfed.messages import NUM_SAMPLES, TRAIN_LOSS, Message
 from graphfed.training.batches import PreparedNodeClient
 
 IMPAIRED = "fedsage+_impaired"  # state: the hiding is a random draw, kept for good

@@ -6,7 +6,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from graphfed.mechanisms.updates import under_prefix
-from graphfed.protocol import Message
+from graphfed.messages import Message
 
 GEN = "gen."  # prefix of the generator's tensors in a message
 TRAIN_GEN = "fedsage+_train_gen"  # scalar: the client trains the received generator

@@ -15,7 +15,7 @@ from graphfed.algorithms.averaging.fedsage_plus.messages import (
 )
 from graphfed.errors import GraphfedError
 from graphfed.mechanisms.updates import with_prefix
-from graphfed.protocol import FLAG, LOSS, Message, MessageError, fit_scalars, spec_of
+from graphfed.messages import FLAG, LOSS, Message, MessageError, fit_scalars, spec_of
 
 
 class FedSagePlusServer(FedAvgServer):
