@@ -59,11 +59,11 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-def wait_for(condition, timeout: float, what: str) -> None:
+def wait_for(condition, timeout: float, what: str, poll: float = 0.3) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, f"{what} within {timeout:.0f} s"
-        time.sleep(0.3)
+        time.sleep(poll)
 
 
 @pytest.fixture(scope="module")
@@ -103,34 +103,33 @@ def clientapps(node: subprocess.Popen) -> list[int]:
 
 
 @require("Cora")
-def test_a_hung_clientapp_is_dropped_and_the_run_goes_on(federation, tmp_path):
-    """Owner 2's ClientApp hangs on its fit (its SuperNode heartbeats on, so Flower sees nothing
-    wrong): the round drops it after round_timeout and the run ends; its evaluate, a fresh
-    ClientApp, answers."""
+def test_a_hung_owner_is_dropped_and_the_run_goes_on(federation, tmp_path):
+    """Owner 2 hangs once it has taken its fit message (its SuperNode stopped for 50 s, past
+    the round's 40 s timeout, so its reply cannot come in time): the round drops it, by
+    graphfed's round_timeout or, should its last heartbeat be old enough, by the SuperLink
+    answering for a node it lost, and the run ends; owner 2, resumed, answers the evaluation."""
     config = with_overrides(federation.config, {"rounds": 1, "eval_every": 1,
                                                 "flower.round_timeout": 40})
     node2 = federation.processes["node2"]
+    log = federation.log_path("node2")
+    start = len(log.read_text())  # before the run: its fit message is logged after this
     result: dict = {}
     worker = threading.Thread(target=lambda: result.update(out=federation.run(config, tmp_path)))
     worker.start()
-    log = federation.log_path("node2")
-    start = len(log.read_text())
-    wait_for(lambda: "train message" in log.read_text()[start:], 120, "no fit sent to node 2")
-    wait_for(lambda: clientapps(node2), 30, "no ClientApp for the fit")
-    hung = clientapps(node2)
-    for pid in hung:
-        os.kill(pid, signal.SIGSTOP)
+    wait_for(lambda: "Receiving: train message" in log.read_text()[start:], 120,
+             "no fit sent to node 2", poll=0.05)
+    os.kill(node2.pid, signal.SIGSTOP)  # it can send nothing, not even its ClientApp's reply
     try:
-        worker.join(150)
+        time.sleep(50)
     finally:
-        for pid in hung:
-            with_suppressed(lambda p=pid: os.kill(p, signal.SIGKILL))
+        os.kill(node2.pid, signal.SIGCONT)
+    worker.join(150)
     assert "out" in result, "the run did not finish"
     run_dir, summary = result["out"]
     metrics = (run_dir / "seed-0" / "metrics.jsonl").read_text()
     (line,) = [json.loads(x) for x in metrics.splitlines()]
     assert summary["rounds"] == 1 and line["answered"] == [0, 1]
-    assert "no reply within 40s (flower.round_timeout)" in line["dropped"]["2"]
+    assert "2" in line["dropped"]
     assert json.loads((run_dir / "flower-run.json").read_text())["state"] == "finished"
 
 
