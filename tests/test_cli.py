@@ -2,6 +2,7 @@
 left behind."""
 
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -206,3 +207,27 @@ def test_help_version_and_a_bare_run_print_instead_of_training(tmp_path, monkeyp
     bare = runner.invoke(app, ["run"])
     assert bare.exit_code == 2 and "Usage" in bare.output
     assert not (tmp_path / "runs").exists()  # nothing trained, nothing written
+
+
+@pytest.mark.parametrize(("overrides", "suggested"), [
+    (["round=50"], "unknown key 'round' (did you mean 'rounds'?)"),
+    (["optimizer.lrr=0.1"], "optimizer.lrr: unknown key (did you mean 'lr'?)"),
+    (["algorithm=fedavgg"], "unknown algorithm 'fedavgg' (did you mean 'fedavg'?)"),
+])
+def test_a_typo_gets_a_suggestion(overrides, suggested):
+    from graphfed.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match=re.escape(suggested)):
+        load_config(None, overrides)
+
+
+@pytest.mark.parametrize(("typed", "name"), [("FedAvg", "fedavg"), ("fed_prox", "fedprox"),
+                                             ("fedpub", "fed-pub"), ("D-FedGNN", "d-fedgnn")])
+def test_algorithm_names_are_read_in_any_case_and_with_any_separator(typed, name):
+    from graphfed.config import load_config
+
+    config = load_config(None, [f"algorithm={typed}", f"{typed}.mu=0.2"]
+                         if name == "fedprox" else [f"algorithm={typed}"])
+    assert config.algorithm == name
+    if name == "fedprox":  # its options section, under the same spelling, is fedprox's
+        assert list(config.methods) == ["fedprox"] and config.methods["fedprox"].mu == 0.2

@@ -30,7 +30,7 @@ from graphfed.protocol import AlgorithmOptions
 from graphfed.runtime.base import clients_per_round
 from graphfed.runtime.flower_options import FlowerOptions
 from graphfed.training.trainer import OptimizerOptions
-from graphfed.validation import OPTIONS, Seed
+from graphfed.validation import OPTIONS, Seed, did_you_mean
 
 
 class ConfigError(GraphfedError):
@@ -119,7 +119,8 @@ class ExperimentConfig(BaseModel):
                 methods[key] = data.pop(key)
             else:
                 valid = sorted(known - {"methods"}) + sorted(load_all())
-                raise ValueError(f"unknown key {key!r}; valid keys: {', '.join(valid)}")
+                raise ValueError(f"unknown key {key!r}{did_you_mean(key, valid)}; valid keys: "
+                                 f"{', '.join(valid)}")
         data["methods"] = methods
         return data
 
@@ -146,12 +147,18 @@ class ExperimentConfig(BaseModel):
     @field_validator("methods", mode="before")
     @classmethod
     def _validate_sections(cls, v: dict) -> dict:
-        out = {}
+        out: dict = {}
+        spelled: dict[str, str] = {}
         for name, section in v.items():
+            algorithm = get_algorithm(name)  # a section under any spelling is the algorithm's
+            if algorithm.name in out:
+                raise ValueError(f"{spelled[algorithm.name]!r} and {name!r} both set "
+                                 f"{algorithm.name}'s options; use one")
             try:
-                out[name] = get_algorithm(name).options.model_validate(section or {})
+                out[algorithm.name] = algorithm.options.model_validate(section or {})
             except ValidationError as e:
                 raise ValueError(_format_errors(e, prefix=(name,))) from None
+            spelled[algorithm.name] = name
         return out
 
     @field_validator("seeds")
@@ -364,7 +371,9 @@ def _format_errors(error: ValidationError, prefix: tuple = ()) -> str:
         if e["type"] == "extra_forbidden":
             message = "unknown key"
             if section is not None:
-                message += f"; valid keys: {', '.join(sorted(section.model_fields))}"
+                valid = sorted(section.model_fields)
+                message += (f"{did_you_mean(str(loc[-1]), valid)}; valid keys: "
+                            f"{', '.join(valid)}")
         got = e.get("input")
         quiet = ("value_error", "extra_forbidden", "union_tag_invalid")
         suffix = ("" if isinstance(got, dict) or e["type"] in quiet

@@ -8,6 +8,9 @@ data was built.
 
 from __future__ import annotations
 
+import difflib
+import re
+from collections.abc import Iterable
 from typing import Annotated
 
 from pydantic import ConfigDict, Field
@@ -19,3 +22,15 @@ OPTIONS = ConfigDict(extra="forbid", allow_inf_nan=False)
 # takes 0 <= seed < 2**32; torch.manual_seed and SeedSequence take that range too
 SEED_LIMIT = 2**32
 Seed = Annotated[int, Field(ge=0, lt=SEED_LIMIT)]
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'rounds'?)`` for the choice closest to a mistyped ``word``, else ''."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def loose(name: str) -> str:
+    """A name as people type it, compared in any case, with or without '-', '_' or spaces:
+    ``FedAvg``, ``fed_prox`` and ``fedpub`` name fedavg, fedprox and fed-pub."""
+    return re.sub(r"[-_\s]", "", name.lower())

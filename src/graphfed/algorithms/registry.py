@@ -22,6 +22,7 @@ from torch import nn
 from graphfed.errors import GraphfedError
 from graphfed.protocol import AlgorithmOptions, Client, Server
 from graphfed.training import OptimizerOptions
+from graphfed.validation import did_you_mean, loose
 
 Family = Literal["averaging", "personalized", "clustered", "rewards"]
 FAMILIES: dict[str, str] = {
@@ -130,7 +131,8 @@ def load_all() -> dict[str, Algorithm]:
 
 
 def get_algorithm(name: str) -> Algorithm:
-    """The algorithm registered as ``name`` (or an alias of it)."""
+    """The algorithm registered as ``name`` (or an alias of it), in any case and with or
+    without separators (``validation.loose``)."""
     name = ALIASES.get(name, name)
     if name not in REGISTRY and module_name(name) in _modules():
         importlib.import_module(module_path(name))
@@ -138,6 +140,10 @@ def get_algorithm(name: str) -> Algorithm:
         load_all()
         name = ALIASES.get(name, name)
     if name not in REGISTRY:
-        raise GraphfedError(
-            f"unknown algorithm {name!r}; available: {', '.join(sorted(REGISTRY))}")
+        by_loose = {loose(known): known for known in (*REGISTRY, *ALIASES)}
+        found = by_loose.get(loose(name))
+        if found is None:
+            raise GraphfedError(f"unknown algorithm {name!r}{did_you_mean(name, REGISTRY)}; "
+                                f"available: {', '.join(sorted(REGISTRY))}")
+        name = ALIASES.get(found, found)
     return REGISTRY[name]
