@@ -22,6 +22,7 @@ from graphfed.data.staged import CHECKSUMS, StagedRaw, is_built, is_public, mark
 from graphfed.errors import GraphfedError
 
 if TYPE_CHECKING:
+    from torch import Tensor
     from torch_geometric.data import Data
 
 Level = Literal["node", "graph"]
@@ -45,6 +46,7 @@ class DatasetSpec:
     degree_features: bool = False
     max_degree: int | None = None  # one-hot degree cap; None: the dataset's own max degree
     pickled: tuple[str, ...] = ()  # the raw files PyG's reader unpickles
+    reader: str = "torch_geometric.datasets"  # the module that holds ``pyg_class``
 
 
 def _planetoid(name: str) -> DatasetSpec:
@@ -57,6 +59,28 @@ def _planetoid(name: str) -> DatasetSpec:
 
 def _npz(name: str, cls: str, root: str, sub: str, pyg_name: str, file: str) -> DatasetSpec:
     return DatasetSpec(name, "node", cls, root, f"{sub}/raw", (file,), pyg_name)
+
+
+def _geom_gcn(name: str, cls: str, sub: str, split_prefix: str) -> DatasetSpec:
+    """Actor and WebKB: Pei et al.'s (Geom-GCN) files with their ten 60/20/20 splits."""
+    files = ("out1_node_feature_label.txt", "out1_graph_edges.txt",
+             *(f"{split_prefix}_split_0.6_0.2_{i}.npz" for i in range(10)))
+    return DatasetSpec(name, "node", cls, cls, f"{sub}/raw" if sub else "raw", files,
+                       None if cls == "Actor" else name)
+
+
+def _heterophilous(name: str) -> DatasetSpec:
+    """Platonov et al. (ICLR 2023): PyG's ``HeterophilousGraphDataset``, ten 50/25/25 splits."""
+    sub = name.lower()
+    return DatasetSpec(name, "node", "HeterophilousGraphDataset", "Heterophilous", f"{sub}/raw",
+                       (f"{sub}.npz",), name)
+
+
+def _filtered(name: str) -> DatasetSpec:
+    """The same paper's Chameleon and Squirrel with duplicate nodes removed (no PyG class)."""
+    sub = f"{name.lower()}_filtered"
+    return DatasetSpec(f"{name}-filtered", "node", "FilteredHeterophily", "HeterophilyFiltered",
+                       f"{sub}/raw", (f"{sub}.npz",), name, reader="graphfed.data.heterophily")
 
 
 def _tu(name: str, degree_features: bool = False, max_degree: int | None = None) -> DatasetSpec:
@@ -80,6 +104,13 @@ _NODE_SPECS = [
     _npz("Coauthor-CS", "Coauthor", "Coauthor", "CS", "CS", "ms_academic_cs.npz"),
     _npz("Coauthor-Physics", "Coauthor", "Coauthor", "Physics", "Physics",
          "ms_academic_phy.npz"),
+    # heterophilous graphs, each with its published splits (``GraphDataset.splits``)
+    _heterophilous("Minesweeper"),
+    _heterophilous("Tolokers"),
+    _geom_gcn("Actor", "Actor", "", "film"),
+    *(_geom_gcn(n, "WebKB", n.lower(), n.lower()) for n in ("Texas", "Cornell", "Wisconsin")),
+    _filtered("Chameleon"),
+    _filtered("Squirrel"),
     DatasetSpec("WikiCS", "node", "WikiCS", "WikiCS", "raw", ("data.json",)),
     DatasetSpec("Flickr", "node", "Flickr", "Flickr", "raw",
                 ("adj_full.npz", "feats.npy", "class_map.json", "role.json")),
@@ -112,6 +143,8 @@ class GraphDataset:
     num_classes: int
     graph: Data | None = None
     graphs: list[Data] = field(default_factory=list)
+    # a node dataset's published splits: train, val and test masks of N x (number of splits)
+    splits: tuple[Tensor, Tensor, Tensor] | None = None
 
     def __repr__(self) -> str:
         size = f"{self.graph.num_nodes} nodes" if self.graph is not None else (
@@ -277,9 +310,9 @@ def _guarded(cls: Any, spec: DatasetSpec) -> Any:
 
 
 def _load_pyg(spec: DatasetSpec):
-    import torch_geometric.datasets as pyg_datasets
+    import importlib
 
-    cls = _guarded(getattr(pyg_datasets, spec.pyg_class), spec)
+    cls = _guarded(getattr(importlib.import_module(spec.reader), spec.pyg_class), spec)
     work, staged = cache_dir(), None
     try:
         work, staged = _pyg_root(spec)
@@ -339,6 +372,17 @@ def _one_hot_degree(graphs: list[Data], cap: int | None = None) -> list[Data]:
     return out
 
 
+def _published_splits(graph: Data) -> tuple[Tensor, Tensor, Tensor] | None:
+    """The train/val/test masks of a dataset that publishes several splits (one column each),
+    as booleans; None for a dataset with one split or none (Planetoid's single public split is
+    not what graphfed's partitions use)."""
+    masks = [getattr(graph, f"{split}_mask", None) for split in ("train", "val", "test")]
+    if any(m is None or m.dim() != 2 for m in masks):
+        return None
+    train, val, test = (m.bool() for m in masks)
+    return train, val, test
+
+
 def load_dataset(name: str, options: dict | None = None) -> GraphDataset:
     """Load a dataset by name (case-insensitive). ``options`` configure synthetic datasets."""
     import torch
@@ -354,10 +398,10 @@ def load_dataset(name: str, options: dict | None = None) -> GraphDataset:
     spec = SPECS[canonical]
     dataset = _load_pyg(spec)
     if spec.level == "node":
-        graph = dataset[0]
-        graph = Data(x=graph.x.float(), edge_index=graph.edge_index, y=graph.y.view(-1))
-        return GraphDataset(canonical, "node", graph.num_features,
-                            int(graph.y.max()) + 1, graph=graph)
+        loaded = dataset[0]
+        graph = Data(x=loaded.x.float(), edge_index=loaded.edge_index, y=loaded.y.view(-1))
+        return GraphDataset(canonical, "node", graph.num_features, int(graph.y.max()) + 1,
+                            graph=graph, splits=_published_splits(loaded))
     graphs = [Data(x=g.x, edge_index=g.edge_index, y=g.y.view(-1), num_nodes=g.num_nodes)
               for g in dataset]
     if spec.degree_features or graphs[0].x is None:
