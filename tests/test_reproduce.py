@@ -243,6 +243,18 @@ def test_each_selector_picks_its_round_among_the_evaluated_ones():
         selected_round("min_val_loss", [_round(1, test_acc=0.5)], "test_acc")
 
 
+def test_max_val_acc_reports_every_metric_from_the_round_of_best_client_mean_validation_accuracy():
+    from graphfed.reproduce.selection import TEST_SELECTED, selected_round
+
+    rounds = [_round(1, test_acc=0.9, val_acc=0.5), _round(2, test_acc=0.6, val_acc=0.8),
+              _round(3, test_acc=0.7, val_acc=0.8), _round(4, test_acc=0.8, val_acc=0.7)]
+    assert selected_round("max_val_acc", rounds, "test_acc")["round"] == 2  # a tie: the earlier
+    assert selected_round("max_val_acc", rounds, "global_test_acc")["round"] == 2
+    assert "max_val_acc" not in TEST_SELECTED
+    with pytest.raises(GraphfedError, match="val_acc"):
+        selected_round("max_val_acc", [_round(1, test_acc=0.5)], "test_acc")
+
+
 def test_an_unknown_selector_is_refused_before_any_training(tmp_path):
     result = CliRunner().invoke(app, ["reproduce", "fgfl-ablation", "--select", "best",
                                       "--out", str(tmp_path / "x")])

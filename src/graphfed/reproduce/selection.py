@@ -15,10 +15,13 @@ SELECTORS = {
     "max": "each metric at its best evaluated round (test-selected)",
     "best_last_10": "each metric at its best of the last 10 evaluated rounds (test-selected)",
     "min_val_loss": "every metric at the evaluated round of lowest pooled validation loss",
+    "max_val_acc": "every metric at the evaluated round of highest validation accuracy averaged "
+                   "over clients (FED-PUB's code)",
 }
 TEST_SELECTED = ("max", "best_last_10")
 LAST = 10
 VAL_LOSS = "val_loss_pooled"
+VAL_ACC = "val_acc"  # the unweighted mean over clients, as FED-PUB's ``Acc @ Best Val All``
 
 
 def check_selector(rule: str) -> str:
@@ -40,15 +43,17 @@ def evaluated(lines: list[dict]) -> list[dict]:
 def selected_round(rule: str, rounds: list[dict], key: str) -> dict:
     """The evaluated round (a line of ``metrics.jsonl``) the rule reports ``key`` from; on a tie
     the earliest. ``min_val_loss`` picks one round whatever the key, so all of a seed's numbers
-    come from the same model."""
+    come from the same model; so does ``max_val_acc``."""
     if rule == "final":
         return rounds[-1]
-    if rule == "min_val_loss":
-        scored = [r for r in rounds if VAL_LOSS in r]
+    if rule in ("min_val_loss", "max_val_acc"):
+        by = VAL_LOSS if rule == "min_val_loss" else VAL_ACC
+        scored = [r for r in rounds if by in r]
         if not scored:
-            raise GraphfedError("select min_val_loss: the run records no pooled validation loss "
-                                "(no validation samples, or a run from before it was recorded)")
-        return min(scored, key=lambda r: r[VAL_LOSS])
+            raise GraphfedError(f"select {rule}: the run records no {by} (no validation "
+                                "samples, or a run from before it was recorded)")
+        return (min(scored, key=lambda r: r[by]) if rule == "min_val_loss"
+                else max(scored, key=lambda r: r[by]))
     window = rounds[-LAST:] if rule == "best_last_10" else rounds
     scored = [r for r in window if key in r]
     return max(scored, key=lambda r: r[key]) if scored else window[-1]
