@@ -1,6 +1,7 @@
 """Every algorithm for a few rounds on small real data, its metrics.jsonl without timings, as
 one JSON file: run it on two commits and compare the files to show that a refactor changed no
-number (all per-round and per-client metrics).
+number (all per-round and per-client metrics). Every case pins its engine: sequential, and
+``engine=batched`` for a few algorithms the batched engine trains (``*-batched``).
 
     OMP_NUM_THREADS=1 PYTHONPATH=src GRAPHFED_DATA=../shared/datasets \\
         python benchmarks/metrics_parity.py OUT.json
@@ -16,7 +17,8 @@ from pathlib import Path
 from graphfed.config import load_config
 from graphfed.experiment import run_experiment
 
-COMMON = ["num_clients=3", "rounds=3", "checkpoint_every=0", "device=cpu"]
+COMMON = ["num_clients=3", "rounds=3", "checkpoint_every=0", "device=cpu", "engine=sequential"]
+BATCHED = "engine=batched"  # after COMMON's engine: the later override wins
 NODE = ["dataset=Cora", "partition=metis", *COMMON]
 GRAPH = ["dataset=MUTAG", "partition=dirichlet", "model=gin", *COMMON]
 SPLITS_EARLY = ["warmup=1", "eps1=10", "eps2=0.0001"]  # GCFL's clusters split within 3 rounds
@@ -31,8 +33,10 @@ CASES = {
     "fedavg-graph": GRAPH,
     "fgfl-global": [*GRAPH, "partition.global_test=0.1", "client_global_eval=true"],
     "fedego-global": ["dataset=Cora", "num_clients=3", "partition=fedego_label", "rounds=2",
-                      "checkpoint_every=0", "device=cpu", "batch_size=32",
+                      "checkpoint_every=0", "device=cpu", "engine=sequential", "batch_size=32",
                       "client_global_eval=true"],
+    "fedavg-batched": [*NODE, BATCHED], "fedprox-batched": [*NODE, BATCHED],
+    "local-batched": [*NODE, BATCHED], "fedavg-graph-batched": [*GRAPH, BATCHED],
 }
 TIMINGS = {"train_seconds", "eval_seconds"}
 

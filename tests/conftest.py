@@ -41,13 +41,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=rank)  # stable: the order within and after the longest files is kept
 
 
-# what an algorithm needs beyond its defaults in a two-round test run: a smaller generator and
-# fewer of its rounds keep FedSage+ at a few seconds; FairGFL needs the server's public node
-# pool, which only its partition holds out
-SMALL_RUN = {"fedsage+": ["fedsage+.fgen_hidden=[32]", "fedsage+.gen_rounds=2"],
-             "fairgfl": ["partition=fairgfl_overlap", "fairgfl.encoder_epochs=5"]}
-
-
 def require(name: str):
     """Skip (with the reason) when a dataset's files are not staged."""
     from graphfed.data.datasets import is_present

@@ -153,10 +153,9 @@ def test_run_report_and_partition_commands(tmp_path, monkeypatch):
     assert result.exit_code == 0 and "Cora" in result.output and "present" in result.output
 
 
-def test_algorithms_lists_the_registry_as_json_and_the_docs_show_its_table():
+def test_algorithms_lists_the_registry_as_json_and_as_a_markdown_table():
+    """(The pages that show the table are checked by the status generator, tests/test_status.py.)"""
     import json
-    import re
-    from pathlib import Path
 
     from graphfed.algorithms.registry import load_all
 
@@ -164,16 +163,15 @@ def test_algorithms_lists_the_registry_as_json_and_the_docs_show_its_table():
     assert result.exit_code == 0
     rows = json.loads(result.output)
     assert {r["name"] for r in rows} == set(load_all())
-    assert all(set(r) == {"name", "aliases", "family", "levels", "paper", "batched"}
+    assert all(set(r) == {"name", "aliases", "family", "levels", "paper", "batched", "modes"}
                for r in rows)
     assert {r["name"] for r in rows if r["batched"]} == {
         name for name, a in load_all().items() if a.batched}
-    table = invoke("algorithms", "--markdown").output.strip()
-    root = Path(__file__).resolve().parents[1]
-    for page in ("README.md", "docs/algorithms.md"):  # regenerate with --markdown when stale
-        shown = re.search(r"<!-- algorithms:start -->\n(.*?)\n<!-- algorithms:end -->",
-                          (root / page).read_text(), re.S)
-        assert shown is not None and shown.group(1) == table, page
+    assert {r["name"]: r["modes"] for r in rows} == {
+        name: list(a.modes) for name, a in load_all().items()}
+    table = invoke("algorithms", "--markdown").output.strip().splitlines()
+    assert table[0] == "| name | family | levels | paper |"
+    assert sorted(line.split("`")[1] for line in table[2:]) == sorted(load_all())
 
 
 @require("Cora")

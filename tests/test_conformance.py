@@ -4,8 +4,9 @@ level run; every message crosses the boundary check and its counted bytes are it
 same seed gives the same numbers to the last bit, metrics and every party's state, whatever the
 CPU thread count (two runs on two threads, one on one thread); a run resumed from its round-1
 checkpoint ends exactly as the uninterrupted one. The list is the registry itself, so a new
-algorithm is checked on arrival, plus the option modes in ``MODES`` that change what a party
-keeps or sends.
+algorithm is checked on arrival, with the settings its registration declares: its short-run
+overrides (``Algorithm.small_run``), the batched engine where it is registered ``batched``, and
+each of its option modes (``Algorithm.modes``) that change what a party keeps or sends.
 """
 
 from __future__ import annotations
@@ -21,32 +22,21 @@ from torch_geometric.data import Data
 
 from graphfed.algorithms import registry
 from graphfed.algorithms.registry import FAMILIES, Algorithm, load_all
-from graphfed.config import load_config
+from graphfed.config import ConfigError, load_config
 from graphfed.experiment import build_federation, resume_experiment, run_experiment
 from graphfed.messages import Message
-from tests.conftest import SMALL_RUN, cpu_threads, interrupted_run, require
+from tests.conftest import cpu_threads, interrupted_run, require
 
 ALGORITHMS = load_all()
 DATASET = {"node": ["dataset=Cora", "partition=metis"],
            "graph": ["dataset=MUTAG", "partition=dirichlet", "model=gin"]}
 TIMINGS = ("train_seconds", "eval_seconds")
-# option modes that change what a party keeps or sends, checked as algorithms of their own
-NODE = ["dataset=Cora", "partition=metis", "model=gcn"]  # node level of a graph-first algorithm
-MODES = {"scaffold": {"compat": ["scaffold.compat_gpfl_code=true", "optimizer.persistent=true"]},
-         "gcfl": {"all": ["gcfl.shared_params=all"], "node": NODE},
-         "gcfl+": {"node": NODE},
-         "fedstar": {"node": NODE},
-         "fgfl": {"node": NODE},
-         "fedgcn": {"dedup": ["fedgcn.dedup_overlaps=true"]},
-         "fedspray": {"code": ["fedspray.profile=code"]},
-         # its server and its clients list the prototypes at different places of the model
-         "fedlit": {"persistent": ["optimizer.persistent=true"]}}
 
 
 def _overrides(algorithm: Algorithm, *extra: str) -> list[str]:
     level = algorithm.levels[0]
     return [f"algorithm={algorithm.name}", *DATASET[level], "num_clients=3", "rounds=2",
-            "device=cpu", "checkpoint_every=1", *SMALL_RUN.get(algorithm.name, []), *extra]
+            "device=cpu", "checkpoint_every=1", *algorithm.small_run, *extra]
 
 
 def _marks(name: str) -> list:
@@ -59,7 +49,7 @@ def _cases() -> list:
 
 def _engine_cases() -> list:
     """Every algorithm on the sequential engine, those registered ``batched`` also on the
-    batched one (id ``<name>-batched``), and each of its ``MODES`` (id ``<name>-<mode>``): the
+    batched one (id ``<name>-batched``), and each of its ``modes`` (id ``<name>-<mode>``): the
     overrides of each case."""
     out = []
     for name in sorted(ALGORITHMS):
@@ -67,7 +57,7 @@ def _engine_cases() -> list:
         if ALGORITHMS[name].batched:
             out.append(pytest.param(name, ["engine=batched"], marks=_marks(name),
                                     id=f"{name}-batched"))
-        for mode, options in MODES.get(name, {}).items():
+        for mode, options in ALGORITHMS[name].modes.items():
             out.append(pytest.param(name, ["engine=sequential", *options], marks=_marks(name),
                                     id=f"{name}-{mode}"))
     return out
@@ -81,6 +71,29 @@ def test_conformance_metadata_and_files_follow_the_registry():
         module = importlib.import_module(registry.module_path(name))
         registered = {v.name for v in vars(module).values() if isinstance(v, Algorithm)}
         assert name in registered, (name, module.__name__)
+
+
+def test_a_server_that_averages_as_fedavg_reads_options_that_declare_what_fedavg_reads():
+    """The registry pairs a server with its options at run time, out of the type checker's
+    sight: a FedAvg-family server reads ``weighted``, so its options must declare it."""
+    from graphfed.algorithms.averaging.fedavg import FedAvgOptions, FedAvgServer
+
+    for name, algorithm in ALGORITHMS.items():
+        if issubclass(algorithm.server, FedAvgServer):
+            assert issubclass(algorithm.options, FedAvgOptions), name
+
+
+@pytest.mark.parametrize("name", _cases())
+def test_conformance_a_dataset_of_a_level_it_does_not_declare_is_refused(name):
+    """The registry's ``levels`` are the one guard: the config refuses a dataset of any other
+    level in one line, before the algorithm's own ``check`` runs."""
+    algorithm = ALGORITHMS[name]
+    for level in DATASET.keys() - set(algorithm.levels):
+        with pytest.raises(ConfigError) as refused:
+            load_config(None, [f"algorithm={name}", *DATASET[level]])
+        message = str(refused.value)
+        assert f"is for {'/'.join(algorithm.levels)}-level tasks" in message, message
+        assert f"is {level}-level" in message and "\n" not in message, message
 
 
 @pytest.mark.parametrize("name", _cases())
@@ -124,6 +137,33 @@ def test_conformance_boundary_and_bytes(name, options, monkeypatch):
     # a partition whose clients only train (FairGFL's) is scored on the global test set
     accuracy = evaluation.get("test_acc", evaluation.get("global_test_acc"))
     assert len(evaluation["clients"]) == 3 and 0.0 <= accuracy <= 1.0
+
+
+def _batched_cases() -> list:
+    return [pytest.param(name, marks=_marks(name), id=name)
+            for name in sorted(ALGORITHMS) if ALGORITHMS[name].batched]
+
+
+@pytest.mark.parametrize("name", _batched_cases())
+def test_conformance_the_batched_engine_trains_as_the_sequential_one(name):
+    """An algorithm registered ``batched`` gives on the batched engine, dropout off, the bytes,
+    training losses and every client's scores the sequential engine gives (within float
+    rounding: the stacked pass sums in another order, ``tests/test_batched.py``)."""
+    runs = {}
+    for engine in ("sequential", "batched"):
+        config = load_config(None, _overrides(ALGORITHMS[name], "model.dropout=0",
+                                              f"engine={engine}"))
+        fed = build_federation(config, 0)
+        lines = [fed.setup(), fed.fit_round(1), fed.fit_round(2)]
+        runs[engine] = [line for line in lines if line is not None], fed.evaluate(2)["clients"]
+    (sequential, seq_scores), (batched, batched_scores) = runs.values()
+    for a, b in zip(sequential, batched, strict=True):
+        assert (a["answered"], a["bytes_up"], a["bytes_down"]) == \
+            (b["answered"], b["bytes_up"], b["bytes_down"])
+        assert a.get("train_loss") == pytest.approx(b.get("train_loss"), abs=1e-5)
+    for a, b in zip(seq_scores, batched_scores, strict=True):
+        assert a["test_acc"] == pytest.approx(b["test_acc"], abs=1e-5)
+        assert a["val_loss"] == pytest.approx(b["val_loss"], abs=1e-5)
 
 
 def _lines(run_dir: Path) -> list[dict]:

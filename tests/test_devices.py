@@ -15,7 +15,7 @@ from graphfed.protocol import SERVER_DEVICE, ClientContext
 from graphfed.runtime.base import answer_on_client
 from graphfed.tensors import move_tensors
 from graphfed.training import Trainer
-from tests.conftest import SMALL_RUN, require
+from tests.conftest import require
 
 DATASET = {"node": "Cora", "graph": "PROTEINS"}
 ALGORITHMS = load_all()
@@ -79,7 +79,7 @@ def _two_rounds_and_a_resume_on(device: str, algorithm: str, checkpoint) -> None
     level = ALGORITHMS[algorithm].levels[0]
     config = load_config(None, [f"dataset={DATASET[level]}", f"algorithm={algorithm}",
                                 "num_clients=3", "rounds=3", f"device={device}",
-                                *SMALL_RUN.get(algorithm, [])])
+                                *ALGORITHMS[algorithm].small_run])
     fed = build_federation(config, 0)
     fed.setup()
     for rnd in (1, 2):

@@ -33,8 +33,9 @@ def test_same_seed_gives_the_same_numbers(tmp_path):
 
 
 def _one_client(*overrides):
+    # the sequential engine: the path Trainer.train takes below, its dropout draws included
     config = load_config(None, ["dataset=Cora", "num_clients=1", "partition=uniform",
-                                "device=cpu", "eval_every=100", *overrides])
+                                "device=cpu", "eval_every=100", "engine=sequential", *overrides])
     fed = build_federation(config, 0)
     return config, fed
 

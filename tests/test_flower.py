@@ -35,7 +35,7 @@ CASES = {
 
 def config_of(case: str, *extra: str):
     return load_config(None, [*CASES[case], "num_clients=3", "rounds=2", "device=cpu",
-                              "checkpoint_every=0", f"name={case}", *extra])
+                              "checkpoint_every=0", "engine=sequential", f"name={case}", *extra])
 
 
 def lines(run_dir) -> list[dict]:

@@ -19,7 +19,7 @@ from tests.test_flower import CASES, assert_same_run, assert_wire_bytes_match_pr
 pytest.importorskip("flwr", reason="Flower is not installed (pip install '.[flower]')")
 
 OWNERS = 3
-COMMON = [f"num_clients={OWNERS}", "rounds=2", "eval_every=2", "device=cpu",
+COMMON = [f"num_clients={OWNERS}", "rounds=2", "eval_every=2", "device=cpu", "engine=sequential",
           "checkpoint_every=0", "flower.run_timeout=600"]  # a hung run fails, never hangs CI
 NODE_BASE = ["dataset=Cora", "algorithm=fedavg", "partition=louvain", *COMMON, "name=deploy"]
 GRAPH_BASE = [*CASES["fgfl-proteins"], *COMMON, "name=deploy-graphs"]

@@ -19,7 +19,7 @@ from tests.test_flower import assert_same_run, lines
 pytest.importorskip("flwr", reason="Flower is not installed (pip install '.[flower]')")
 
 BASE = ["dataset=Cora", "algorithm=fedavg", "partition=louvain", "num_clients=3", "rounds=2",
-        "eval_every=1", "device=cpu", "checkpoint_every=0", "name=failures"]
+        "eval_every=1", "device=cpu", "checkpoint_every=0", "engine=sequential", "name=failures"]
 FIRST_NODE = 100
 
 

@@ -15,6 +15,7 @@ from graphfed.messages import (
     check_metrics,
     finite_messages,
 )
+from graphfed.protocol import SERVER_DEVICE
 from tests.conftest import require
 
 
@@ -138,8 +139,9 @@ def test_message_bytes_are_tensor_sizes_plus_scalars():
 
 
 def _federation(*overrides):
+    """Four Cora clients on the sequential engine, whose ``client.fit`` the tests wrap."""
     config = load_config(None, ["dataset=Cora", "num_clients=4", "partition=metis",
-                                "device=cpu", *overrides])
+                                "device=cpu", "engine=sequential", *overrides])
     return config, build_federation(config, config.seed)
 
 
@@ -171,6 +173,30 @@ def test_fedavg_server_holds_the_weighted_average_of_replies():
     expected = weighted_average([replies[c].tensors for c in range(4)], sizes)
     for name, value in server.global_params().items():
         assert torch.allclose(value, expected[name])
+
+
+@require("Cora")
+def test_a_server_gets_the_partitions_own_data_only_when_its_registration_asks():
+    """FairGFL's ``server_inputs`` hands its server the public pool (prepared on the server's
+    device) and the true overlaps; FedAvg's server on the same partition is handed neither."""
+    _, fed = _federation("algorithm=fairgfl", "partition=fairgfl_overlap")
+    server = fed.runtime.server
+    assert server.public.num_samples("train") == fed.data.public.num_nodes > 0
+    assert server.public.y.device == SERVER_DEVICE
+    assert server.overlap_truth is fed.data.overlap
+    _, plain = _federation("partition=fairgfl_overlap")
+    assert plain.data.public is not None and not hasattr(plain.runtime.server, "public")
+
+
+@require("Cora")
+def test_the_setup_carries_the_optimizer_the_clients_train_with():
+    """q-FedAvg's L defaults to 1 / the clients' rate, APFL's α step to that rate: the
+    algorithm's own optimizer rule applied (q-FedAvg's plain SGD), the run's rate kept."""
+    _, fed = _federation("algorithm=qfedavg", "optimizer.lr=0.05")
+    assert fed.runtime.server.setup.optimizer.name == "sgd"
+    assert fed.runtime.server.lipschitz == pytest.approx(1 / 0.05)
+    _, fed = _federation("algorithm=apfl", "optimizer.lr=0.02")
+    assert fed.runtime.client.alpha_lr() == 0.02
 
 
 @require("Cora")

@@ -14,18 +14,19 @@ from graphfed.algorithms.registry import get_algorithm
 from graphfed.config import load_config
 from graphfed.experiment import build_federation
 from graphfed.mechanisms.robust import AggregationOptions
-from graphfed.messages import Message, MessageError
+from graphfed.messages import Message, MessageError, check_message
 from graphfed.protocol import Setup
+from graphfed.training import OptimizerOptions
 from tests.conftest import require
 
 CORA = ["dataset=Cora", "partition=metis", "num_clients=3", "rounds=2", "device=cpu"]
 
 
-def _server(local_lr=0.1, rule="mean", **options):
+def _server(rule="mean", **options):
     algorithm = get_algorithm("qfedavg")
     initial = {"w": torch.tensor([0.5, -1.0, 2.0]), "b": torch.tensor([0.25])}
     setup = Setup(level="node", num_clients=4, num_classes=2, initial_params=initial,
-                  options=algorithm.options(**options), local_lr=local_lr,
+                  options=algorithm.options(**options), optimizer=OptimizerOptions(lr=0.1),
                   aggregation=AggregationOptions(rule=rule))
     return algorithm.server(setup)
 
@@ -84,7 +85,7 @@ def test_a_larger_q_moves_the_model_towards_the_higher_loss_client():
 def test_the_server_refuses_a_negative_loss_and_floors_a_zero_one():
     server = _server()
     with pytest.raises(MessageError, match=RECEIVED_LOSS):
-        server.check_reply(0, _reply([0.0, 0.0, 0.0], 0.0, -0.1))
+        check_message(_reply([0.0, 0.0, 0.0], 0.0, -0.1), *server.reply_spec(0))
     assert RECEIVED_LOSS in server.reply_spec(0)[1]  # a reply without it is malformed
     zero = {0: _reply([1.0, 1.0, 1.0], 0.0, 0.0), 1: _reply([0.0, 0.0, 0.0], 0.0, 1.0)}
     server.aggregate_fit(1, zero)  # F = 0 + 1e-10: a vanishing but finite weight

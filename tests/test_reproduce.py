@@ -380,3 +380,30 @@ def test_each_finished_seed_comes_with_the_time_the_rest_should_take(tmp_path, c
     assert capsys.readouterr().out.splitlines() == [
         "[1/4] cell seed 0 finished, about 45s left",  # 30 s x 3 / 2
         "[2/4] cell seed 1 finished, about 1m00s left"]  # 60 s x 2 / 2
+
+
+@pytest.mark.parametrize(("spent", "left", "workers", "said"), [
+    ([30.0, 40.0, 300.0], 4, 2, "about 1m20s left"),  # median 40 s x 4 / 2; a mean: 4m06s
+    ([12.0], 1, 1, "about 12s left"),
+    ([1800.0, 1900.0], 3, 1, "about 1h32m left"),  # 5,550 s
+    ([5.0], 0, 2, "nothing left")])
+def test_the_time_left_is_the_median_task_time_x_the_tasks_left_over_the_workers(
+        spent, left, workers, said):
+    from graphfed.reproduce.execute import time_left
+
+    assert time_left(spent, left, workers) == said
+
+
+@require("PROTEINS")
+def test_a_reproduction_says_its_size_first_and_the_time_left_after_each_cell(tmp_path,
+                                                                               capsys):
+    kwargs = dict(methods=["self-train", "fedavg"], datasets=["PROTEINS"], out=tmp_path,
+                  seeds=2, overrides=("rounds=1", "eval_every=1"))
+    reproduce("fgfl-table2", **kwargs)
+    lines = [line for line in capsys.readouterr().out.splitlines()
+             if line.startswith(("plan:", "["))]
+    assert lines[0] == "plan: 2 cells, 4 seed runs, 1 job"
+    assert lines[1].startswith("[1/2] self-train-PROTEINS finished, about ")
+    assert lines[2] == "[2/2] fedavg-PROTEINS finished, nothing left"
+    reproduce("fgfl-table2", **kwargs)  # all reused: nothing trains, no time to estimate
+    assert [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")] == []

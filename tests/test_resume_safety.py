@@ -30,8 +30,9 @@ from graphfed.serialization import graph_classes, safe_load
 from tests.conftest import REPO, error_line, interrupted_run, require
 from tests.test_bad_input import snapshot
 
+# the sequential engine: failing_clients makes FedAvgClient.fit fail, which it calls
 BASE = ["configs/quickstart.yaml", "num_clients=3", "rounds=4", "checkpoint_every=1",
-        "local_epochs=1"]
+        "local_epochs=1", "engine=sequential"]
 TIMING = {"train_seconds", "eval_seconds"}
 
 

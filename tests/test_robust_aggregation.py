@@ -12,6 +12,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from graphfed.algorithms.averaging import fedavg
+from graphfed.algorithms.registry import load_all
 from graphfed.build import attackers
 from graphfed.cli import app
 from graphfed.config import ConfigError, load_config
@@ -33,6 +35,8 @@ from tests.conftest import error_line, require
 
 TINY = ["dataset=Cora", "partition=louvain", "num_clients=4", "local_epochs=1",
         "model.dropout=0", "device=cpu", "checkpoint_every=0"]
+# the algorithms a robust rule applies to: the registry's averaging family
+AVERAGING = sorted(name for name, a in load_all().items() if a.family == "averaging")
 
 
 def _models(*rows: list[float]) -> list[dict[str, torch.Tensor]]:
@@ -165,8 +169,8 @@ runner = CliRunner()
 BAD = [
     (["aggregation.rule=average"], "aggregation.rule: Input should be 'mean', 'median'"),
     (["aggregation.rule=median", "algorithm=local"],
-     "aggregation.rule=median applies to the averaging family (fairgfl, fedavg, fedgcn, fedlit, "
-     "fedprox, fedsage, fedsage+, graphfl, qfedavg, scaffold); algorithm 'local' is personalized"),
+     f"aggregation.rule=median applies to the averaging family ({', '.join(AVERAGING)}); "
+     "algorithm 'local' is personalized"),
     (["aggregation.trim=0.5"], "aggregation.trim: Input should be less than 0.5"),
     (["aggregation.colour=1"],
      "aggregation.colour: unknown key; valid keys: bucket, byzantine, clip"),
@@ -194,6 +198,27 @@ def test_a_robust_rule_reaches_the_server_and_any_algorithm_may_be_attacked():
     load_config(None, ["algorithm=local", "attack.fraction=0.3", "attack.kind=scale"])
     with pytest.raises(ConfigError, match="averaging family"):
         load_config(None, ["algorithm=d-fedgnn", "aggregation.rule=norm_clip"])
+
+
+@require("Cora")
+@pytest.mark.parametrize("name", AVERAGING)
+def test_every_averaging_algorithm_combines_its_replies_by_the_runs_rule(name, monkeypatch):
+    """A robust rule is accepted for each member of the family and reaches the server's one
+    combining step (``FedAvgServer.average``), which every averaging server goes through."""
+    rules = []
+
+    def recording(models, weights, options, current):
+        rules.append(options.rule)
+        return robust_average(models, weights, options, current)
+
+    monkeypatch.setattr(fedavg, "robust_average", recording)
+    config = load_config(None, ["dataset=Cora", "partition=metis", "num_clients=3", "rounds=1",
+                                "device=cpu", f"algorithm={name}", "aggregation.rule=median",
+                                *load_all()[name].small_run])
+    fed = build_federation(config, 0)
+    fed.setup()
+    assert fed.fit_round(1)["dropped"] == {}
+    assert rules and set(rules) == {"median"}, rules
 
 
 # ------------------------------------------------------------------ who attacks, and how

@@ -1,5 +1,6 @@
 """The generated reproduction status (README, docs/results/status.md, each paper's list) agrees
-with the committed result tables, and every number on it names its selection rule."""
+with the committed result tables, and every number on it names its selection rule; the algorithm
+tables (README, docs/algorithms.md) agree with the registry."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ MEASURED = re.compile(r"(?<![\w.])\d*\.\d{3,}")  # a number with 3+ decimals: a 
 def _copy(tmp_path: Path) -> Path:
     """A repository root holding copies of the pages and the committed results."""
     shutil.copy(ROOT / status.README, tmp_path / status.README)
+    (tmp_path / status.ALGORITHMS_PAGE).parent.mkdir(parents=True)
+    shutil.copy(ROOT / status.ALGORITHMS_PAGE, tmp_path / status.ALGORITHMS_PAGE)
     shutil.copytree(RESULTS, tmp_path / status.RESULTS)
     return tmp_path
 
@@ -41,12 +44,46 @@ def test_a_number_edited_by_hand_fails_the_check_naming_its_line(tmp_path, capsy
 
     assert status.main(check=True, root=root) == 1
     message = capsys.readouterr().err
-    assert f"{page}:{number + 1}: differs from what the committed tables give" in message
+    assert f"{page}:{number + 1}: differs from what the generator gives" in message
     assert "found:    " in message and "0.751 vs 0.751" in message
     assert "expected: " in message and "0.691 vs 0.751" in message
 
     assert status.main(check=False, root=root) == 0  # `make status` puts it back
     assert status.main(check=True, root=root) == 0
+
+
+def test_an_algorithm_table_edited_by_hand_fails_the_check_and_is_regenerated(tmp_path,
+                                                                              capsys):
+    root = _copy(tmp_path)
+    readme, docs = root / status.README, root / status.ALGORITHMS_PAGE
+    readme.write_text(readme.read_text().replace("| averaging | `fairgfl`, ", "| averaging | ", 1))
+    docs.write_text(docs.read_text().replace("| `fedavg` | averaging | node, graph |",
+                                             "| `fedavg` | averaging | node |", 1))
+    assert status.main(check=True, root=root) == 1
+    message = capsys.readouterr().err
+    assert f"{readme}:" in message and f"{docs}:" in message
+    assert "found:    | `fedavg` | averaging | node |" in message
+    assert status.main(check=False, root=root) == 0
+    assert status.main(check=True, root=root) == 0
+
+
+def test_a_newly_registered_algorithm_is_missing_from_the_tables_until_regenerated(tmp_path):
+    from graphfed.algorithms.averaging.fedavg import FedAvgClient, FedAvgOptions, FedAvgServer
+    from graphfed.algorithms.registry import REGISTRY, Algorithm, load_all, register
+
+    root = _copy(tmp_path)
+    load_all()
+    register(Algorithm("zz-status-test", FedAvgServer, FedAvgClient, FedAvgOptions,
+                       family="averaging", paper="a test"))
+    try:
+        problems = status.differences(root)
+        assert {Path(p.split(":")[0]).name for p in problems} == {"README.md", "algorithms.md"}
+        status.write(root)
+        assert "`scaffold`, `zz-status-test` |" in (root / status.README).read_text()
+        assert "| `zz-status-test` | averaging | node, graph | a test |" in (
+            root / status.ALGORITHMS_PAGE).read_text()
+    finally:
+        REGISTRY.pop("zz-status-test")
 
 
 def test_a_changed_table_changes_the_pages(tmp_path):

@@ -12,8 +12,9 @@ from graphfed.experiment import build_federation
 from graphfed.messages import NUM_SAMPLES, Message, MessageError
 from tests.conftest import require
 
+# the sequential engine: a lying client overrides Client.fit, which it calls
 BASE = ["dataset=Cora", "algorithm=fedavg", "partition=louvain", "num_clients=3", "rounds=2",
-        "eval_every=1", "device=cpu", "checkpoint_every=0"]
+        "eval_every=1", "device=cpu", "checkpoint_every=0", "engine=sequential"]
 
 
 def lying(client_cls, liar: int, claim: float):

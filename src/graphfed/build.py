@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Callable
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import torch
 from graphfed.algorithms.registry import Algorithm, get_algorithm
 from graphfed.config import ConfigError, ExperimentConfig
 from graphfed.data.datasets import GraphDataset, data_root, load_dataset
+from graphfed.data.features import row_normalized
 from graphfed.data.federated import (
     ClientData,
     FederatedData,
@@ -28,7 +30,7 @@ from graphfed.data.federated import (
 )
 from graphfed.mechanisms.attacks import choose_attackers
 from graphfed.models.gnn import build_model
-from graphfed.protocol import SERVER_DEVICE, Client, ClientContext, ClientSize, Setup
+from graphfed.protocol import SERVER_DEVICE, Client, ClientContext, ClientSize, Server, Setup
 from graphfed.runtime.attack import AttackingClient
 from graphfed.seeding import preserved_rngs
 from graphfed.training import PreparedClient, Trainer, prepare_client
@@ -49,16 +51,18 @@ def resolve_device(name: str) -> torch.device:
 
 
 @lru_cache(maxsize=4)
-def _cached_dataset(name: str, options_json: str, root: str) -> GraphDataset:
-    """One load per dataset, options and data root (``root`` keys the cache only: a process
-    that points GRAPHFED_DATA elsewhere loads from there)."""
-    return load_dataset(name, json.loads(options_json) or None)
+def _cached_dataset(name: str, options_json: str, root: str, features: str) -> GraphDataset:
+    """One load per dataset, options, data root and feature treatment (``root`` keys the cache
+    only: a process that points GRAPHFED_DATA elsewhere loads from there)."""
+    data = load_dataset(name, json.loads(options_json) or None)
+    return row_normalized(data) if features == "row_normalized" else data
 
 
 def config_dataset(config: ExperimentConfig) -> GraphDataset:
     """The dataset ``config`` names, loaded (or generated) once per process."""
     options = config.dataset_options
-    return _cached_dataset(config.dataset, json.dumps(options, sort_keys=True), str(data_root()))
+    return _cached_dataset(config.dataset, json.dumps(options, sort_keys=True), str(data_root()),
+                           config.features)
 
 
 def federated_data(config: ExperimentConfig, seed: int) -> FederatedData:
@@ -96,7 +100,7 @@ def build_algorithm(config: ExperimentConfig, seed: int, level: str, num_feature
                   initial_params=trainer.initial_params(),
                   options=config.algorithm_options(), local_epochs=config.local_epochs,
                   batch_size=config.batch_size, aggregation=config.aggregation,
-                  local_lr=optimizer.lr)
+                  optimizer=optimizer, network=model)
     return algorithm, trainer, setup
 
 
@@ -175,23 +179,24 @@ def client_sizes(data: FederatedData) -> tuple[ClientSize, ...]:
                             c.num_samples("test")) for c in data.clients)
 
 
-def _prepared(config: ExperimentConfig, trainer: Trainer, data: ClientData | None,
-              device: torch.device) -> PreparedClient | None:
-    return None if data is None else prepare_client(data, trainer.model, device,
-                                                    config.sampling)
-
-
 def prepare_global_test(config: ExperimentConfig, trainer: Trainer,
                         global_test: ClientData | None) -> PreparedClient | None:
     """The shared global test set on the trainer's device, when the partition has one."""
-    return _prepared(config, trainer, global_test, trainer.device)
+    return None if global_test is None else prepare_client(global_test, trainer.model,
+                                                           trainer.device, config.sampling)
 
 
-def prepare_public(config: ExperimentConfig, trainer: Trainer,
-                   public: ClientData | None) -> PreparedClient | None:
-    """The partition's public node pool on ``SERVER_DEVICE``, when it has one: the server's own
-    data (``Setup.public``), kept where the server keeps its state."""
-    return _prepared(config, trainer, public, SERVER_DEVICE)
+def build_server(config: ExperimentConfig, algorithm: Algorithm, trainer: Trainer,
+                 setup: Setup, data: FederatedData) -> Server:
+    """The algorithm's server side: ``setup`` on ``SERVER_DEVICE`` with every client's size,
+    and whatever its ``server_inputs`` takes from the partition (data only the operator holds),
+    prepared on ``SERVER_DEVICE``, where the server keeps its state."""
+    def on_server(part: ClientData) -> PreparedClient:
+        return prepare_client(part, trainer.model, SERVER_DEVICE, config.sampling)
+
+    inputs = {} if algorithm.server_inputs is None else algorithm.server_inputs(data, on_server)
+    return algorithm.server(replace(setup.on(SERVER_DEVICE), client_sizes=client_sizes(data)),
+                            **inputs)
 
 
 def client_context(config: ExperimentConfig, trainer: Trainer, client_id: int,

@@ -1,4 +1,5 @@
-"""Validated experiment configs: a YAML file plus ``key=value`` overrides.
+"""Validated experiment configs: a YAML file plus ``key=value`` overrides (read by
+``config_file``), its sections and the rules that combine them, including which engine trains.
 
 Every problem (unknown key, wrong type, impossible combination) becomes one ConfigError whose
 message names the key and the valid choices.
@@ -6,13 +7,21 @@ message names the key and the valid choices.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from graphfed.algorithms.registry import Algorithm, get_algorithm, load_all
+from graphfed.config_file import (
+    ConfigError,
+    Engine,
+    RunSettings,
+    apply_override,
+    format_errors,
+    read_config,
+)
 from graphfed.data.datasets import SYNTHETIC, canonical_name, dataset_level
 from graphfed.data.partition import (
     PARTITIONS,
@@ -30,11 +39,7 @@ from graphfed.protocol import AlgorithmOptions
 from graphfed.runtime.base import clients_per_round
 from graphfed.runtime.flower_options import FlowerOptions
 from graphfed.training.trainer import OptimizerOptions
-from graphfed.validation import OPTIONS, Seed, did_you_mean
-
-
-class ConfigError(GraphfedError):
-    pass
+from graphfed.validation import did_you_mean
 
 
 def _named(value: Any) -> Any:
@@ -42,50 +47,15 @@ def _named(value: Any) -> Any:
     return {"name": value} if isinstance(value, str) else value
 
 
-class ExperimentConfig(BaseModel):
-    model_config = OPTIONS
+class ExperimentConfig(RunSettings):
+    """A validated experiment: the run's settings, its sections and the rules that combine
+    them. Validating resolves what ``auto`` leaves open (``engine``, ``model.sparse_features``),
+    so a run directory's ``config.yaml`` says what the run used."""
 
-    name: str | None = Field(None, description="run name (default: derived from the config)")
-    dataset: str = Field("Cora", description="dataset name (graphfed datasets lists them)")
-    algorithm: str = Field("fedavg", description="algorithm name (graphfed algorithms lists "
-                           "them); its options are the section of that name")
     model: ModelOptions = Field(default_factory=ModelOptions)
     partition: PartitionOptions = Field(default_factory=LouvainPartition)
-    num_clients: int = Field(10, ge=1, description="clients the partition makes")
-    rounds: int = Field(100, ge=1, description="federated rounds (fit, then evaluate)")
-    client_fraction: float = Field(1.0, gt=0.0, le=1.0,
-                                   description="share of clients sampled each round")
-    local_epochs: int = Field(1, ge=1, description="epochs of local training per round")
-    batch_size: int | None = Field(None, ge=1, description="None: full batch")
     sampling: SamplingOptions = Field(default_factory=SamplingOptions)
     optimizer: OptimizerOptions = Field(default_factory=OptimizerOptions)
-    seed: Seed = Field(0, description="seed of the run (partition, model, sampling)")
-    seeds: list[Seed] | None = Field(None, description="run every seed; summary gives mean/std")
-    init_seed: Seed | None = Field(
-        None, description="seed of the initial model (default: the run seed); fixed, every "
-        "seed starts from the same weights and differs only in training randomness, as "
-        "repeats that share a split (partition.seed) and an initialisation do")
-    device: Literal["auto", "cpu", "cuda"] = Field(
-        "auto", description="where clients compute (the server stays on the CPU)")
-    eval_every: int = Field(1, ge=1, description="evaluate every k rounds (and the last)")
-    eval_train_split: bool = Field(
-        False, description="also evaluate the model each client deploys on its training split "
-        "(train_loss_deployed per client in metrics.jsonl); one more pass per evaluation")
-    client_global_eval: bool = Field(
-        False, description="also evaluate every client's model on the global test set")
-    checkpoint_every: int = Field(10, ge=0, description="0: never")
-    engine: Literal["sequential", "batched"] = Field(
-        "sequential", description="in-process runtime: train the sampled clients one after "
-        "another, or together in one stacked pass (the algorithms registered batched: "
-        "graphfed algorithms --json; a client the engine cannot batch trains alone)")
-    cuda_graphs: bool = Field(
-        False, description="with engine=batched on a CUDA device: record a group's local "
-        "training as a CUDA graph the second time the same clients train on whole graphs "
-        "(node level, full batch), then replay it, one launch for hundreds (timed on an H200: "
-        "docs/performance.md)")
-    runtime: Literal["simulation", "flower-sim", "flower"] = Field(
-        "simulation", description="simulation: in-process; flower-sim: Flower's simulation "
-        "engine; flower: a SuperLink and its SuperNodes")
     flower: FlowerOptions = Field(default_factory=FlowerOptions)
     aggregation: AggregationOptions = Field(
         default_factory=AggregationOptions, description="how an averaging-family server "
@@ -129,16 +99,6 @@ class ExperimentConfig(BaseModel):
     def _known_dataset(cls, v: str) -> str:
         return canonical_name(v)
 
-    @field_validator("name")
-    @classmethod
-    def _one_folder_name(cls, v: str | None) -> str | None:
-        """A run name is a folder inside the output directory, never a path out of it."""
-        if v is not None and (not v.strip() or v in (".", "..") or any(
-                c in v for c in ("/", "\\", "\0")) or v != v.strip()):
-            raise ValueError(f"{v!r} is not a folder name: no path separators, not '.' or "
-                             "'..', no surrounding spaces")
-        return v
-
     @field_validator("algorithm")
     @classmethod
     def _known_algorithm(cls, v: str) -> str:
@@ -161,17 +121,11 @@ class ExperimentConfig(BaseModel):
             spelled[algorithm.name] = name
         return out
 
-    @field_validator("seeds")
-    @classmethod
-    def _nonempty_seeds(cls, v: list[int] | None) -> list[int] | None:
-        if v is not None and (not v or len(set(v)) != len(v)):
-            raise ValueError("seeds must be a non-empty list of distinct integers")
-        return v
-
     @model_validator(mode="after")
     def _check_combinations(self) -> ExperimentConfig:
         level = self.level
         algorithm = get_algorithm(self.algorithm)
+        self.methods.setdefault(algorithm.name, algorithm.options())  # its defaults, said
         if level not in algorithm.levels:
             raise ValueError(
                 f"algorithm '{self.algorithm}' is for {'/'.join(algorithm.levels)}-level tasks "
@@ -182,6 +136,7 @@ class ExperimentConfig(BaseModel):
                              f"'{self.dataset}'; choose one of: {', '.join(valid)}")
         check_partition_level(self.partition, level)
         self._check_sampling(level)
+        self.engine = choose_engine(self, algorithm)[0]
         self._check_sparse_features(level, algorithm)
         if algorithm.check is not None:
             algorithm.check(self)
@@ -272,9 +227,39 @@ class ExperimentConfig(BaseModel):
         return options if options is not None else get_algorithm(self.algorithm).options()
 
     def to_dict(self) -> dict:
+        """Every option as plain data, the algorithm's own section in full (its defaults too):
+        what a run directory's ``config.yaml`` records."""
         data = self.model_dump(mode="json", exclude={"methods"})
         data.update({k: v.model_dump(mode="json") for k, v in self.methods.items()})
         return data
+
+
+def choose_engine(config: ExperimentConfig, algorithm: Algorithm) -> tuple[Engine, str | None]:
+    """The engine ``config`` trains on, and why it is sequential unless asked to be (None:
+    batched, or ``engine=sequential``). ``batched`` takes the batched engine wherever the
+    runtime and the algorithm serve it (a client it cannot batch then trains alone); ``auto``
+    also stays sequential where the model or the run would leave every client alone."""
+    if config.engine == "sequential":
+        return "sequential", None
+    why = next(_batch_obstacles(config, algorithm, config.engine == "auto"), None)
+    return ("batched", None) if why is None else ("sequential", why)
+
+
+def _batch_obstacles(config: ExperimentConfig, algorithm: Algorithm, auto: bool
+                     ) -> Iterator[str]:
+    if config.runtime != "simulation":
+        yield f"runtime={config.runtime} trains each client on its own"
+    if not algorithm.batched:
+        yield f"algorithm '{algorithm.name}' is not registered batched"
+    if not auto:
+        return
+    if config.model.name == "gat":
+        yield "the batched engine does not serve gat (its attention dropout draws from the " \
+            "global RNG)"
+    if config.sampling.fanouts or config.sampling.train_fraction < 1.0:
+        yield "its clients train on sampled neighbourhoods or node subsets"
+    if config.optimizer.persistent:
+        yield "its clients keep their optimizer state across rounds (optimizer.persistent)"
 
 
 def _is_algorithm(name: str) -> bool:
@@ -284,53 +269,6 @@ def _is_algorithm(name: str) -> bool:
     except GraphfedError:
         return False
     return True
-
-
-def _parse_value(text: str) -> Any:
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
-
-
-def apply_override(data: dict, key: str, value: Any) -> None:
-    """Set ``a.b.c=value`` in ``data``; a string on a named section sets its ``name``."""
-    parts = key.split(".")
-    node = data
-    for part in parts[:-1]:
-        child = node.get(part)
-        if isinstance(child, str):
-            child = {"name": child}
-        elif not isinstance(child, dict):
-            child = {}
-        node[part] = child
-        node = child
-    last = parts[-1]
-    if isinstance(node.get(last), dict) and isinstance(value, str):
-        node[last] = _renamed(parts, node[last], value)
-    else:
-        node[last] = value
-
-
-def _renamed(path: list[str], section: dict, name: str) -> dict:
-    """A partition switched to another kind keeps only the keys that kind accepts, so
-    ``partition=gcfl_chunk`` over a Dirichlet config does not trip on its ``alpha``."""
-    kind = PARTITIONS.get(name) if path == ["partition"] else None
-    if kind is None or section.get("name") == name:
-        return {**section, "name": name}
-    return {**{k: v for k, v in section.items() if k in kind.model_fields}, "name": name}
-
-
-def parse_overrides(items: list[str]) -> list[tuple[str, Any]]:
-    out = []
-    for item in items:
-        if "=" not in item:
-            raise ConfigError(f"override {item!r} is not of the form key=value")
-        key, text = item.split("=", 1)
-        if not key:
-            raise ConfigError(f"override {item!r} has an empty key")
-        out.append((key.strip(), _parse_value(text)))
-    return out
 
 
 def _default_partition(dataset: Any) -> str:
@@ -345,9 +283,9 @@ def _section_class(loc: tuple) -> type[BaseModel] | None:
     head = loc[0] if loc else None
     if head == "partition" and len(loc) > 1:
         return PARTITIONS.get(loc[1])
-    sections = {"model": ModelOptions, "optimizer": OptimizerOptions, "csbm": CSBMOptions,
-                "flower": FlowerOptions, "aggregation": AggregationOptions,
-                "attack": AttackOptions}
+    sections: dict[str, type[BaseModel]] = {
+        "model": ModelOptions, "optimizer": OptimizerOptions, "csbm": CSBMOptions,
+        "flower": FlowerOptions, "aggregation": AggregationOptions, "attack": AttackOptions}
     if head in sections:
         return sections[head]
     if isinstance(head, str) and _is_algorithm(head):
@@ -356,30 +294,7 @@ def _section_class(loc: tuple) -> type[BaseModel] | None:
 
 
 def _format_errors(error: ValidationError, prefix: tuple = ()) -> str:
-    lines = []
-    for e in error.errors():
-        loc = prefix + tuple(p for p in e["loc"] if not str(p).startswith("function-"))
-        if loc[:1] == ("partition",) and len(loc) > 1 and loc[1] in PARTITIONS:
-            section, shown = _section_class(loc), (loc[0], *loc[2:])
-        else:
-            section, shown = _section_class(loc), loc
-        where = "" if shown == ("methods",) else ".".join(str(p) for p in shown)
-        message = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "union_tag_invalid":
-            message = (f"unknown {where} {e['ctx']['tag']!r}; available: "
-                       f"{', '.join(PARTITIONS)}")
-        if e["type"] == "extra_forbidden":
-            message = "unknown key"
-            if section is not None:
-                valid = sorted(section.model_fields)
-                message += (f"{did_you_mean(str(loc[-1]), valid)}; valid keys: "
-                            f"{', '.join(valid)}")
-        got = e.get("input")
-        quiet = ("value_error", "extra_forbidden", "union_tag_invalid")
-        suffix = ("" if isinstance(got, dict) or e["type"] in quiet
-                  else f" (got {got!r})")
-        lines.append(f"{where}: {message}{suffix}" if where else f"{message}{suffix}")
-    return "; ".join(lines)
+    return format_errors(error, prefix, _section_class, PARTITIONS)
 
 
 def build_config(data: dict) -> ExperimentConfig:
@@ -396,37 +311,11 @@ def with_overrides(config: ExperimentConfig, overrides: dict[str, Any]) -> Exper
     config file."""
     data = config.to_dict()
     for key, value in overrides.items():
-        apply_override(data, key, value)
+        apply_override(data, key, value, PARTITIONS)
     return build_config(data)
 
 
-def _yaml_problem(error: yaml.YAMLError) -> str:
-    """PyYAML's problem and where it is, on one line (its own message spans several)."""
-    mark = getattr(error, "problem_mark", None)
-    if mark is not None:
-        return f"{error.problem} at line {mark.line + 1}, column {mark.column + 1}"
-    return " ".join(str(error).split())
-
-
-def load_config(path: str | Path | None, overrides: list[str] = ()) -> ExperimentConfig:
+def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()
+                ) -> ExperimentConfig:
     """Read a YAML config (or start from defaults) and apply ``key=value`` overrides."""
-    data: dict = {}
-    if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file '{path}' does not exist")
-        try:
-            data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-        except UnicodeDecodeError as e:
-            raise ConfigError(f"config file '{path}' is not UTF-8 text (byte {e.start}: "
-                              f"{e.reason}); is it a YAML file?") from None
-        except OSError as e:
-            raise ConfigError(f"config file '{path}' cannot be read ({e.strerror})") from None
-        except yaml.YAMLError as e:
-            raise ConfigError(f"config file '{path}' is not valid YAML: "
-                              f"{_yaml_problem(e)}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"config file '{path}' must hold a mapping of keys to values")
-    for key, value in parse_overrides(list(overrides)):
-        apply_override(data, key, value)
-    return build_config(data)
+    return build_config(read_config(path, overrides, PARTITIONS))

@@ -18,33 +18,31 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, replace
-from datetime import datetime
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-import yaml
+import torch
 
 from graphfed.build import (
     attackers,
     build_algorithm,
     build_client,
+    build_server,
     client_context,
-    client_sizes,
     federated_data,
     prepare_global_test,
-    prepare_public,
     resolve_device,
 )
 from graphfed.checkpoints import fingerprint, load_checkpoint, resumed_lines, save_checkpoint
 from graphfed.config import ConfigError, ExperimentConfig, load_config
 from graphfed.data.federated import FederatedData
-from graphfed.errors import GraphfedError
 from graphfed.evaluation import client_record, self_reported, summarise
-from graphfed.metrics import mean_std
 from graphfed.progress import RoundProgress
-from graphfed.protocol import SERVER_DEVICE, Server
+from graphfed.protocol import Server
+from graphfed.run_files import combine_seeds, new_run_dir
 from graphfed.run_lock import run_dir_lock
 from graphfed.runtime.base import RoundFailed, Runtime
 from graphfed.runtime.simulation import SimulationRuntime
@@ -157,9 +155,7 @@ def build_federation(config: ExperimentConfig, seed: int,
                                                 data.num_classes, data.num_clients,
                                                 resolve_device(config.device))
     global_test = prepare_global_test(config, trainer, data.global_test)
-    server = algorithm.server(replace(
-        setup.on(SERVER_DEVICE), client_sizes=client_sizes(data),
-        public=prepare_public(config, trainer, data.public), overlap_truth=data.overlap))
+    server = build_server(config, algorithm, trainer, setup, data)
     if make_runtime is not None:
         runtime = make_runtime(server, config, seed, data)
         return Federation(config, seed, data, trainer, runtime, global_test)
@@ -167,8 +163,7 @@ def build_federation(config: ExperimentConfig, seed: int,
                 for i, c in enumerate(data.clients)]
     runtime = SimulationRuntime(server, build_client(config, seed, algorithm, setup),
                                 contexts, config.client_fraction, seed,
-                                batched=config.engine == "batched" and algorithm.batched,
-                                record=config.cuda_graphs)
+                                batched=config.engine == "batched", record=config.cuda_graphs)
     return Federation(config, seed, data, trainer, runtime, global_test)
 
 
@@ -250,45 +245,6 @@ def seed_summary(fed: Federation, lines: list[dict], seconds: float) -> dict:
 
 # ---------------------------------------------------------------- whole runs
 
-def _run_name(config: ExperimentConfig) -> str:
-    if config.name:
-        return config.name
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    return f"{config.algorithm}-{config.dataset.lower()}-{config.partition.name}-{stamp}"
-
-
-def _new_run_dir(out: Path, name: str) -> Path:
-    out.mkdir(parents=True, exist_ok=True)
-    candidate, n = out / name, 1
-    while candidate.exists():
-        n += 1
-        candidate = out / f"{name}-{n}"
-    candidate.mkdir()
-    return candidate
-
-
-def combine_seeds(config: ExperimentConfig, summaries: list[dict]) -> dict:
-    """Top-level summary: final metrics averaged over seeds, plus mean/std/values per metric."""
-    keys = [k for k in summaries[0]["final"] if all(k in s["final"] for s in summaries)]
-    over = {}
-    for key in keys:
-        values = [s["final"][key] for s in summaries]
-        mean, std = mean_std(values)
-        over[key] = {"mean": mean, "std": std, "values": values}
-    return {
-        "dataset": config.dataset, "algorithm": config.algorithm,
-        "seeds": [s["seed"] for s in summaries],
-        "partition_id": summaries[0]["partition_id"],
-        "partition_ids": {str(s["seed"]): s["partition_id"] for s in summaries},
-        "final": {k: v["mean"] for k, v in over.items()},
-        "over_seeds": over,
-        "self_reported": sorted({k for s in summaries for k in s.get("self_reported", [])}
-                                & set(over)),
-        "rounds": config.rounds,
-        "seconds": sum(s["seconds"] for s in summaries),
-    }
-
-
 def execute(config: ExperimentConfig, run_dir: Path, first: Federation | None,
             progress: bool, resume: bool, make_runtime: RuntimeFactory | None = None) -> dict:
     """Run (or resume) every seed of ``config`` into ``run_dir``, holding the directory's lock
@@ -348,41 +304,34 @@ def run_experiment(config: ExperimentConfig, out: str | Path = "runs",
     """
     if config.runtime != "simulation":
         raise ConfigError(f"runtime={config.runtime} runs through graphfed.launch.run")
-    first = build_federation(config, config.run_seeds[0])
-    for seed in config.run_seeds[1:]:  # cached: each seed's run reloads it
-        federated_data(config, seed)
-    run_dir = new_run_dir(config, Path(out), announce=True)
-    try:
-        return run_dir, execute(config, run_dir, first, progress, resume=False)
-    except KeyboardInterrupt:
-        raise RunInterrupted(run_dir) from None
-    except RunFailed as e:
-        if e.resumable:
-            raise
-        shutil.rmtree(run_dir, ignore_errors=True)  # nothing in it a resume could use
-        raise RunFailed(f"{e} (the run directory {run_dir} is removed)",
-                        resumable=False) from None
+    with cpu_threads(config.threads) as threads:
+        first = build_federation(config, config.run_seeds[0])
+        for seed in config.run_seeds[1:]:  # cached: each seed's run reloads it
+            federated_data(config, seed)
+        run_dir = new_run_dir(config, Path(out), announce=f"engine {config.engine}, {threads} "
+                              f"CPU thread{'s' if threads != 1 else ''}")
+        try:
+            return run_dir, execute(config, run_dir, first, progress, resume=False)
+        except KeyboardInterrupt:
+            raise RunInterrupted(run_dir) from None
+        except RunFailed as e:
+            if e.resumable:
+                raise
+            shutil.rmtree(run_dir, ignore_errors=True)  # nothing in it a resume could use
+            raise RunFailed(f"{e} (the run directory {run_dir} is removed)",
+                            resumable=False) from None
 
 
-def new_run_dir(config: ExperimentConfig, out: Path, announce: bool = False) -> Path:
-    """A fresh run directory holding the resolved ``config.yaml``; an output directory that is
-    a file or cannot be written is one readable error, and leaves no empty run directory.
-    ``announce``: name it at once, and the taken name it stands in for."""
-    name = _run_name(config)
+@contextmanager
+def cpu_threads(count: int) -> Iterator[int]:
+    """torch's CPU threads set to the run's ``threads`` while it trains, and set back after
+    it, so that a caller's own setting outlives the run."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
     try:
-        run_dir = _new_run_dir(out, name)
-    except OSError as e:
-        raise GraphfedError(f"cannot make a run directory under --out {out}: {e.strerror} "
-                            f"({e.filename}); choose a writable directory") from None
-    try:
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
-    except OSError as e:
-        shutil.rmtree(run_dir, ignore_errors=True)
-        raise GraphfedError(f"cannot write {run_dir / 'config.yaml'}: {e.strerror}") from None
-    if announce:
-        taken = f" ({out / name} is taken)" if run_dir.name != name else ""
-        print(f"run directory: {run_dir}{taken}", flush=True)
-    return run_dir
+        yield count
+    finally:
+        torch.set_num_threads(before)
 
 
 def resume_experiment(run_dir: str | Path, progress: bool = True) -> tuple[Path, dict]:
@@ -396,6 +345,7 @@ def resume_experiment(run_dir: str | Path, progress: bool = True) -> tuple[Path,
         raise ConfigError(f"--resume works on runtime=simulation only: a {config.runtime} run's "
                           "client states live on its nodes and end with the run")
     try:
-        return run_dir, execute(config, run_dir, None, progress, resume=True)
+        with cpu_threads(config.threads):
+            return run_dir, execute(config, run_dir, None, progress, resume=True)
     except KeyboardInterrupt:
         raise RunInterrupted(run_dir) from None

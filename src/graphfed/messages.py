@@ -205,7 +205,7 @@ def finite_messages(messages: Mapping[K, Any]) -> set[K]:
     a reduction per tensor and a device read per message. A NaN or infinity anywhere makes its
     norm non-finite. Finite values overflow the norm only near the float32 range (norms of
     narrower types are taken in float32); ``check_message`` then looks element by element."""
-    groups: dict[tuple, tuple[list[Tensor], list[K]]] = {}
+    groups: dict[tuple[torch.device, torch.dtype], tuple[list[Tensor], list[K]]] = {}
     senders = {key for key, m in messages.items() if readable(m)}
     for key in senders:
         for t in messages[key].tensors.values():

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 import torch
 from pydantic import BaseModel
-from torch import Tensor
+from torch import Tensor, nn
 
 from graphfed.errors import GraphfedError
 from graphfed.mechanisms.robust import AggregationOptions
@@ -34,8 +34,10 @@ from graphfed.messages import (
     fit_scalars,
 )
 from graphfed.tensors import Params, move_tensors
-from graphfed.training import PreparedClient, Trainer, TrainStats
+from graphfed.training import OptimizerOptions, PreparedClient, Trainer, TrainStats
+from graphfed.training.batches import PreparedGraphClient, PreparedNodeClient
 from graphfed.training.step import LocalStep
+from graphfed.training.trainer import BatchLoss, EpochHook, ExtraLoss, SplitMetrics
 from graphfed.validation import OPTIONS
 
 SERVER_DEVICE = torch.device("cpu")
@@ -68,13 +70,15 @@ class ClientSize:
 
 @dataclass
 class Setup:
-    """What both sides know before training: the run's shape, not a client's data.
+    """What both sides know before training: the run's shape, not a client's data, and only
+    facts any algorithm may read (a method's own facts travel in its options, its set-up
+    exchange, or its server's ``Algorithm.server_inputs``).
 
-    The server's alone (a client's copy leaves them empty): ``client_sizes``, every client's
-    ``ClientSize`` by client id; ``public``, data the server itself holds: the partition's
-    public node pool (on ``SERVER_DEVICE``), never a client's; ``overlap_truth``, the
-    partition's true overlap ratios (``"node"``/``"link"``, N×N), which only an operator
-    simulating the federation knows: used by oracle ablations and to score estimates."""
+    ``optimizer`` is what the clients train with (the run's, or the algorithm's own rule's).
+    ``network`` is the run's network (parameters swapped in by ``functional_call``), for a
+    server that runs the model itself (FedTAD distils on it); None in a bare Setup.
+    The server's alone (a client's copy leaves it empty): ``client_sizes``, every client's
+    ``ClientSize`` by client id."""
 
     level: str
     num_clients: int
@@ -84,10 +88,9 @@ class Setup:
     local_epochs: int = 1
     batch_size: int | None = None
     aggregation: AggregationOptions = field(default_factory=AggregationOptions)  # averaging's rule
-    local_lr: float | None = None  # the clients' optimizer rate (q-FedAvg's server needs 1/lr)
+    optimizer: OptimizerOptions = field(default_factory=OptimizerOptions)
     client_sizes: tuple[ClientSize, ...] = ()
-    public: PreparedClient | None = None
-    overlap_truth: dict[str, Tensor] | None = None
+    network: nn.Module | None = field(default=None, repr=False, compare=False)
 
     def on(self, device: torch.device | str) -> Setup:
         """This setup with the initial model on ``device`` (the server's copy lives on
@@ -114,16 +117,35 @@ class ClientContext:
     global_test: PreparedClient | None = None
     cache: dict[str, Any] = field(default_factory=dict)
 
+    def node_data(self) -> PreparedNodeClient:
+        """``data`` of a node-level client, for a method (or a branch) that runs at the node
+        level only (its registered ``levels``)."""
+        if not isinstance(self.data, PreparedNodeClient):
+            raise GraphfedError(f"client {self.client_id}: node-level data expected")
+        return self.data
+
+    def graph_data(self) -> PreparedGraphClient:
+        """``data`` of a graph-level client, for a method (or a branch) that runs at the graph
+        level only."""
+        if not isinstance(self.data, PreparedGraphClient):
+            raise GraphfedError(f"client {self.client_id}: graph-level data expected")
+        return self.data
+
 
 class Server(ABC):
     """Server side. Its state is the attributes named in ``state_keys``: the default
     ``state_dict``/``load_state_dict`` checkpoint exactly those, so a subclass declares what it
-    remembers (``state_keys = (*Base.state_keys, "extra")``) instead of writing the pair."""
+    remembers (``state_keys = (*Base.state_keys, "extra")``) instead of writing the pair.
+
+    ``options`` is ``setup.options``, an instance of the algorithm's registered options class:
+    a subclass declares that class (``options: FedProxOptions``) to read its fields typed."""
 
     state_keys: ClassVar[tuple[str, ...]] = ()
+    options: AlgorithmOptions
 
     def __init__(self, setup: Setup):
         self.setup = setup
+        self.options = setup.options
 
     def configure_setup(self, clients: list[int]) -> dict[int, Message]:
         """Messages of a one-off exchange before round 1 (e.g. vocabularies, statistics).
@@ -142,6 +164,7 @@ class Server(ABC):
         return None
 
     def aggregate_setup(self, replies: dict[int, Message]) -> None:
+        """Fold the valid setup replies into the server state."""
         return None
 
     @abstractmethod
@@ -186,7 +209,10 @@ class Server(ABC):
 
 
 class Client(ABC):
-    """Client side. Stateless itself: whatever persists lives in ``ctx.state``."""
+    """Client side. Stateless itself: whatever persists lives in ``ctx.state``. Its
+    ``options`` are declared by a subclass as the server's are."""
+
+    options: AlgorithmOptions
 
     def __init__(self, setup: Setup):
         self.setup = setup
@@ -196,8 +222,9 @@ class Client(ABC):
         """Answer the server's setup message (only called when the server has a setup phase)."""
         return Message()
 
-    def local_train(self, params: Params, ctx: ClientContext, extra_loss=None, batch_loss=None,
-                    on_epoch=None):
+    def local_train(self, params: Params, ctx: ClientContext, extra_loss: ExtraLoss | None = None,
+                    batch_loss: BatchLoss | None = None, on_epoch: EpochHook | None = None
+                    ) -> tuple[Params, TrainStats]:
         """The run's local epochs on the client's training data, from ``params``."""
         return ctx.trainer.train(params, ctx.data, self.setup.local_epochs, self.setup.batch_size,
                                  extra_loss, batch_loss, memory=ctx.state, on_epoch=on_epoch)
@@ -249,7 +276,7 @@ class Client(ABC):
         ``evaluate``). Pure: no state change, no random draws."""
         return None
 
-    def evaluate(self, message: Message, ctx: ClientContext) -> dict[str, dict]:
+    def evaluate(self, message: Message, ctx: ClientContext) -> SplitMetrics:
         """Metrics per split of the model this client would deploy. A client that keeps this
         method lets an engine score its ``evaluated_params`` itself (``evaluates_params``)."""
         params = self.evaluated_params(message, ctx)
@@ -258,7 +285,7 @@ class Client(ABC):
                                       "and does not override evaluate")
         return self.evaluate_params(params, ctx)
 
-    def evaluate_params(self, params: Params, ctx: ClientContext) -> dict[str, dict]:
+    def evaluate_params(self, params: Params, ctx: ClientContext) -> SplitMetrics:
         """``params`` on the client's val/test splits, and on the shared global test set as
         split ``global`` when the run hands one out."""
         metrics = ctx.trainer.evaluate(params, ctx.data)

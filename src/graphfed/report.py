@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from graphfed.errors import GraphfedError
-from graphfed.metrics import pearson
+from graphfed.metrics import mean_std, pearson
+from graphfed.plotting import legend_outside, saved_figure, title
 from graphfed.serialization import read_json, read_metrics
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 TABLE_METRICS = ("test_acc", "global_test_acc", "test_macro_f1", "bytes_total")
 DEFAULT_CURVES = ("test_acc", "global_test_acc")  # the first a run records is plotted
@@ -55,12 +61,20 @@ def summary_rows(runs: list[dict]) -> list[dict]:
     return rows
 
 
-Curve = tuple[str, list[int], list[float]]  # run name, rounds, mean over seeds at each
+@dataclass(frozen=True)
+class Curve:
+    """One run's ``metric`` at every round all its seeds evaluated: the mean over the seeds and
+    their (population) standard deviation."""
+
+    run: str
+    seeds: int
+    rounds: list[int]
+    means: list[float]
+    stds: list[float]
 
 
 def _curves(runs: list[dict], metric: str) -> tuple[list[Curve], set[str]]:
-    """Per run, the rounds every seed evaluated ``metric`` at and its mean over seeds there;
-    and every numeric key the runs record."""
+    """Per run, ``metric``'s curve over its seeds; and every numeric key the runs record."""
     out: list[Curve] = []
     recorded: set[str] = set()
     for run in runs:
@@ -72,19 +86,20 @@ def _curves(runs: list[dict], metric: str) -> tuple[list[Curve], set[str]]:
             curves.append({p["round"]: p[metric] for p in points
                            if isinstance(p.get(metric), (int, float))})
         rounds = sorted(set.intersection(*(set(c) for c in curves)))
-        out.append((Path(run["run_dir"]).name, rounds,
-                    [sum(c[r] for c in curves) / len(curves) for r in rounds]))
+        stats = [mean_std([c[r] for c in curves]) for r in rounds]
+        out.append(Curve(Path(run["run_dir"]).name, len(curves), rounds,
+                         [m for m, _ in stats], [s for _, s in stats]))
     return out, recorded
 
 
 def mean_curves(runs: list[dict], metric: str | None = None) -> tuple[str, list[Curve]]:
-    """The metric plotted and its seed-mean curve per run. Without ``metric``: the clients'
-    test accuracy, or the global test's where no client holds a test split (FairGFL's
-    partition trains on every client node). A metric no run records is refused, naming the
-    ones they do."""
+    """The metric plotted and its curve per run. Without ``metric``: the clients' test
+    accuracy, or the global test's where no client holds a test split (FairGFL's partition
+    trains on every client node). A metric no run records is refused, naming the ones they
+    do."""
     for name in (metric,) if metric else DEFAULT_CURVES:
         out, recorded = _curves(runs, name)
-        if any(rounds for _, rounds, _ in out):
+        if any(curve.rounds for curve in out):
             return name, out
     raise GraphfedError(f"--metric {metric or DEFAULT_CURVES[0]}: no round of these runs "
                         f"records it as a number; numbers recorded: "
@@ -92,23 +107,22 @@ def mean_curves(runs: list[dict], metric: str | None = None) -> tuple[str, list[
 
 
 def plot_curves(curves: list[Curve], datasets: list[str], path: str | Path,
-                metric: str = "test_acc") -> None:
-    """``mean_curves``'s lines, one per run, saved to ``path``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for name, rounds, means in curves:
-        if rounds:
-            ax.plot(rounds, means, label=name)
-    ax.set_title(f"{metric} by round on {', '.join(datasets)} (mean over seeds)")
-    ax.set_xlabel("round")
-    ax.set_ylabel(metric)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+                metric: str = "test_acc") -> Figure:
+    """``mean_curves``'s lines, one per run, each in a band of ± its seeds' standard deviation
+    (a run of one seed has none), saved to ``path``; the figure (closed) is returned."""
+    with saved_figure(path, 8, 4.8) as (fig, ax):
+        for curve in (c for c in curves if c.rounds):
+            seeds = f"{curve.seeds} seed{'s' * (curve.seeds != 1)}"
+            (line,) = ax.plot(curve.rounds, curve.means, label=f"{curve.run} ({seeds})")
+            if curve.seeds > 1:
+                ax.fill_between(curve.rounds,
+                                [m - s for m, s in zip(curve.means, curve.stds, strict=True)],
+                                [m + s for m, s in zip(curve.means, curve.stds, strict=True)],
+                                color=line.get_color(), alpha=0.2, linewidth=0)
+        title(fig, ax, f"{metric} by round on {', '.join(datasets)} (mean over seeds, "
+                       "band ± std)")
+        ax.set_xlabel("round")
+        ax.set_ylabel(metric)
+        ax.grid(alpha=0.3)
+        legend_outside(fig, ax, "run", below=True)
+    return fig

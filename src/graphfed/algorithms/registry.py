@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from torch import nn
 
+from graphfed.data.federated import ClientData, FederatedData
 from graphfed.errors import GraphfedError
 from graphfed.protocol import AlgorithmOptions, Client, Server
-from graphfed.training import OptimizerOptions
+from graphfed.training import OptimizerOptions, PreparedClient
 from graphfed.validation import did_you_mean, loose
 
 Family = Literal["averaging", "personalized", "clustered", "rewards"]
@@ -32,10 +33,16 @@ FAMILIES: dict[str, str] = {
     "rewards": "gradient rewards by contribution (servers extend RewardServer)",
 }
 
-# level, in_dim, classes, ModelOptions, the algorithm's own options -> the network
-ModelFactory = Callable[[str, int, int, Any, AlgorithmOptions], nn.Module]
+# level, in_dim, classes, ModelOptions, the algorithm's own options -> the network (the options
+# are its registered ``options`` class, which each factory names: Any here, where one type
+# cannot pair them)
+ModelFactory = Callable[[str, int, int, Any, Any], nn.Module]
 # the run's optimizer options, the algorithm's own options -> what its clients train with
-OptimizerRule = Callable[[OptimizerOptions, AlgorithmOptions], OptimizerOptions]
+OptimizerRule = Callable[[OptimizerOptions, Any], OptimizerOptions]
+# the partition, and how to prepare a part of it on the server's device -> keyword arguments of
+# the algorithm's server beyond its Setup: data only the operator holds (a public node pool, a
+# simulation's true statistics), which no other algorithm's Setup carries
+ServerInputs = Callable[[FederatedData, Callable[[ClientData], PreparedClient]], dict[str, Any]]
 
 
 class RunView(Protocol):
@@ -56,6 +63,10 @@ class RunView(Protocol):
 
 Check = Callable[[RunView], None]
 
+# the node-level mode of an algorithm that runs on graphs first (``Algorithm.modes``): what its
+# server and clients exchange on one node-level graph differs from a batch of graphs
+AT_NODE_LEVEL: tuple[str, ...] = ("dataset=Cora", "partition=metis", "model=gcn")
+
 
 @dataclass(frozen=True)
 class Algorithm:
@@ -63,7 +74,13 @@ class Algorithm:
 
     ``check`` raises ``ValueError`` (with a readable message) for a config the method cannot run
     beyond its ``levels``, e.g. a model or sampling it does not support; the config layer calls
-    it, so method-specific rules live with the method."""
+    it, so method-specific rules live with the method.
+
+    ``modes`` and ``small_run`` are what its tests need to know, declared here so that no test
+    keeps a list of algorithms: the conformance test runs each mode (name -> config overrides,
+    e.g. ``{"persistent": ("optimizer.persistent=true",)}``) as a case of its own wherever the
+    option changes what a party keeps or sends, and every short test run adds ``small_run``, the
+    overrides without which two rounds on three clients cannot run or take minutes."""
 
     name: str
     server: type[Server]
@@ -81,6 +98,9 @@ class Algorithm:
     # its clients read node features only through the model (or sparse-aware code of their
     # own): model.sparse_features applies
     sparse_features: bool = False
+    modes: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
+    small_run: tuple[str, ...] = ()
+    server_inputs: ServerInputs | None = None  # what its server takes from the partition
 
 
 REGISTRY: dict[str, Algorithm] = {}
@@ -128,6 +148,36 @@ def load_all() -> dict[str, Algorithm]:
     for dotted in _modules().values():
         importlib.import_module(dotted)
     return REGISTRY
+
+
+def catalogue() -> list[dict[str, Any]]:
+    """Every registered algorithm as plain data, by family then name: what ``graphfed
+    algorithms`` lists and the generated tables of the README and the docs show."""
+    return [{"name": a.name, "aliases": list(a.aliases), "family": a.family,
+             "levels": list(a.levels), "paper": a.paper, "batched": a.batched,
+             "modes": list(a.modes)}
+            for a in sorted(load_all().values(), key=lambda a: (a.family, a.name))]
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    """``catalogue`` rows as the one-line-per-algorithm table of the README and the docs."""
+    lines = ["| name | family | levels | paper |", "|---|---|---|---|"]
+    for row in rows:
+        names = f"`{row['name']}`" + "".join(f" (`{a}`)" for a in row["aliases"])
+        lines.append(f"| {names} | {row['family']} | {', '.join(row['levels'])} | "
+                     f"{row['paper']} |")
+    return "\n".join(lines)
+
+
+def family_table(rows: list[dict[str, Any]]) -> str:
+    """``catalogue`` rows as one line per family, the names only: the README's table, which
+    stays a few lines long however many algorithms join (the docs show ``markdown_table``)."""
+    names: dict[str, list[str]] = {}
+    for row in rows:
+        names.setdefault(row["family"], []).append(f"`{row['name']}`")
+    return "\n".join(["| family | algorithms |", "|---|---|",
+                      *(f"| {family} | {', '.join(members)} |"
+                        for family, members in names.items())])
 
 
 def get_algorithm(name: str) -> Algorithm:

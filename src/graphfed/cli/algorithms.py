@@ -11,28 +11,18 @@ from rich.table import Table
 from graphfed.cli.common import console
 
 
-def markdown_table(rows: list[dict]) -> str:
-    """The rows as the one-line-per-algorithm table of the README and the docs."""
-    lines = ["| name | family | levels | paper |", "|---|---|---|---|"]
-    for row in rows:
-        names = f"`{row['name']}`" + "".join(f" (`{a}`)" for a in row["aliases"])
-        lines.append(f"| {names} | {row['family']} | {', '.join(row['levels'])} | "
-                     f"{row['paper']} |")
-    return "\n".join(lines)
-
-
 def algorithms(
     as_json: Annotated[bool, typer.Option("--json", help="a JSON list of objects with name, "
-                                          "aliases, family, levels, paper, batched")] = False,
+                                          "aliases, family, levels, paper, batched (trains on "
+                                          "engine=batched) and modes (the option modes the "
+                                          "conformance test also runs)")] = False,
     markdown: Annotated[bool, typer.Option("--markdown", help="the table the README and the "
-                                           "docs show")] = False,
+                                           "docs show (make status writes it there)")] = False,
 ) -> None:
     """List the registered algorithms: name, aliases, family, task levels, paper."""
-    from graphfed.algorithms.registry import load_all
+    from graphfed.algorithms.registry import catalogue, markdown_table
 
-    rows = [{"name": a.name, "aliases": list(a.aliases), "family": a.family,
-             "levels": list(a.levels), "paper": a.paper, "batched": a.batched}
-            for a in sorted(load_all().values(), key=lambda a: (a.family, a.name))]
+    rows = catalogue()
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return

@@ -26,6 +26,10 @@ def run(
 
     A round every client fails stops the run: with a checkpoint to continue from it says so
     (exit code 1); with none, the run failed outright and a resume cannot help (exit code 2)."""
+    from graphfed.config_file import precheck
+
+    if resume is None:  # a typo or a bad number fails before torch and PyG load
+        precheck(*split_args(args or []))
     from graphfed.config import load_config
     from graphfed.experiment import RunFailed, RunInterrupted
     from graphfed.launch import resume as resume_run

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch_geometric.data import Data
@@ -10,6 +11,10 @@ from torch_geometric.utils import to_undirected
 
 from graphfed.data.federated import SPLITS, ClientData, FederatedData, NodeClient
 from graphfed.data.partition.overlap_ratios import mean_overlap
+from graphfed.plotting import legend_outside, saved_figure, title
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def edge_homophily(edge_index: torch.Tensor, y: torch.Tensor) -> float:
@@ -80,25 +85,22 @@ def client_stats(data: FederatedData) -> list[dict]:
     return rows
 
 
-def plot_label_distribution(data: FederatedData, path: str | Path) -> None:
-    """A stacked bar per client of its label counts."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def plot_label_distribution(data: FederatedData, path: str | Path) -> Figure:
+    """A stacked bar per client of its label counts, every client named on the axis (turned
+    upright where there are many), saved to ``path``; the figure (closed) is returned."""
     rows = client_stats(data)
-    fig, ax = plt.subplots(figsize=(max(6, len(rows) * 0.5), 4))
-    bottom = [0] * len(rows)
-    for c in range(data.num_classes):
-        heights = [r["label_counts"][c] for r in rows]
-        ax.bar([r["client"] for r in rows], heights, bottom=bottom, label=f"class {c}")
-        bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
-    ax.set_xlabel("client")
-    ax.set_ylabel("nodes" if data.level == "node" else "graphs")
-    ax.set_title(f"{data.dataset}: label distribution per client ({data.partition_id})")
-    ax.legend(fontsize="small", ncol=2)
-    fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    clients = [r["client"] for r in rows]
+    with saved_figure(path, max(7.0, len(rows) * 0.3 + 2.5), 4.5) as (fig, ax):
+        bottom = [0] * len(rows)
+        for c in range(data.num_classes):
+            heights = [r["label_counts"][c] for r in rows]
+            ax.bar(clients, heights, bottom=bottom, label=str(c))
+            bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+        ax.set_xticks(clients, [str(c) for c in clients], rotation=90 if len(rows) > 20 else 0,
+                      fontsize="small")
+        ax.set_xlim(-0.6, len(rows) - 0.4)
+        ax.set_xlabel("client")
+        ax.set_ylabel("nodes" if data.level == "node" else "graphs")
+        title(fig, ax, f"{data.dataset}: label distribution per client ({data.partition_id})")
+        legend_outside(fig, ax, "class")
+    return fig

@@ -10,7 +10,7 @@ from pathlib import Path
 from graphfed.build import federated_data
 from graphfed.config import ExperimentConfig
 from graphfed.errors import GraphfedError
-from graphfed.experiment import new_run_dir
+from graphfed.run_files import new_run_dir
 
 
 def require_flwr() -> None:

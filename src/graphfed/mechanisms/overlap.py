@@ -57,7 +57,8 @@ def match_recall(public_encodings: Tensor, privatise: Callable[[Tensor], Tensor]
 def _release_distances(encodings: Tensor, privatise: Callable[[Tensor], Tensor]) -> Tensor:
     """Each node's distance between two independent privatisations of its encoding."""
     first, second = privatise(encodings), privatise(encodings)
-    return (first.to(torch.float64) - second.to(torch.float64)).norm(dim=1)
+    distances: Tensor = (first.to(torch.float64) - second.to(torch.float64)).norm(dim=1)
+    return distances
 
 
 def _distances(sample_i: Tensor, sample_j: Tensor) -> Tensor:
@@ -199,7 +200,7 @@ def overall_overlap(node: Tensor, link: Tensor, gamma: float = 0.5) -> Tensor:
 
 
 def fair_weights(overlap: Tensor, num_clients: int, rule: FairWeighting = "inv_one_plus_sum",
-                 sizes: Sequence[int] | None = None) -> Tensor:
+                 sizes: Sequence[float] | None = None) -> Tensor:
     """Eq. 25: aggregation weights p_i of the participating clients, decreasing in o_i, summing
     to 1 (float64). ``num_clients`` is N, the whole federation.
 

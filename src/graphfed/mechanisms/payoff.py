@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 CoalitionValue = Callable[[int], float]  # bitmask of members -> value
 
@@ -89,7 +93,7 @@ def fgfl_payoff(values: Sequence[float], past_mean: Sequence[float] | None,
     return [p / total * budget for p in pay] if total > 0 else pay
 
 
-def gradient_shapley(updates, weights, aggregate) -> list[float]:
+def gradient_shapley(updates: Tensor, weights: Tensor, aggregate: Tensor) -> list[float]:
     """Exact gradient-Shapley values (CGSV's definition): the utility of a coalition S is the cosine
     between S's weighted aggregate and the full aggregate (0 for the empty coalition). FGFL's
     alignment cos(u_i, u_N) approximates it; this is the 2^N reference for small N."""

@@ -141,6 +141,7 @@ def robust_average(params: Sequence[Params], weights: Sequence[float],
                 else torch.zeros_like(stacked[0]))
         vector = base + clipped_mean(stacked - base, w, options.clip)
     else:
+        assert f is not None  # a Krum rule is kept only with its f
         m = 1 if rule == "krum" else min(options.multi_krum_m or n - f, n)
         vector = stacked[krum_select(stacked, f, m)].mean(0)
     return {k: v.to(params[0][k].dtype) for k, v in unflatten(vector, params[0], names).items()}
@@ -196,7 +197,7 @@ def clipped_mean(updates: Tensor, weights: Tensor, clip: float | None) -> Tensor
     norms = updates.norm(dim=1)
     bound = clip if clip is not None else float(coordinate_median(norms.unsqueeze(1)))
     factors = (bound / norms.clamp_min(1e-12)).clamp(max=1.0)
-    return (weights.to(updates.device) * factors) @ updates
+    return torch.matmul(weights.to(updates.device) * factors, updates)
 
 
 def update_norms(replies: Mapping[K, Params], sent: Mapping[K, Params]) -> dict[K, float]:
@@ -207,7 +208,7 @@ def update_norms(replies: Mapping[K, Params], sent: Mapping[K, Params]) -> dict[
     dtype, so an update whose float32 norm overflows has an infinite norm, and a reply with a
     NaN or an infinity anywhere a non-finite one: the norms are also the replies' finite
     check (an L2 norm costs less than ``messages.finite_messages``' L1 norm on the CPU)."""
-    groups: dict[tuple, tuple[list[Tensor], list[K]]] = {}
+    groups: dict[tuple[torch.device, torch.dtype], tuple[list[Tensor], list[K]]] = {}
     for key, tensors in replies.items():
         base = sent.get(key, {})
         for name, t in tensors.items():

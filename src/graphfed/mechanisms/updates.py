@@ -79,7 +79,7 @@ def normalize(vector: Tensor, mode: NormalizeMode, bound: float = 1.0) -> Tensor
         return vector
     norm = vector.norm()
     if mode == "unit":
-        return vector / (norm + 1e-7)
+        return torch.div(vector, norm + 1e-7)
     return vector * min(1.0, bound / float(norm)) if norm > 0 else vector
 
 
@@ -93,4 +93,4 @@ def cosines(updates: Tensor, target: Tensor, eps: float = 1e-10) -> Tensor:
     summed per row, not one matrix-vector product, whose bits changed with the thread count;
     nor ``cosine_similarity`` over the expanded target, which materialises it."""
     norms = updates.norm(dim=1).clamp_min(eps) * target.norm().clamp_min(eps)
-    return (updates * target).sum(1) / norms
+    return torch.div((updates * target).sum(1), norms)

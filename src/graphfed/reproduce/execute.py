@@ -8,12 +8,12 @@ short keeps its last checkpoint (written atomically), from which the same comman
 from __future__ import annotations
 
 import multiprocessing
-import os
 import shutil
 import signal
+import statistics
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from pathlib import Path
@@ -64,8 +64,9 @@ def interruptible(out: Path) -> Iterator[None]:
             signal.signal(each, signal.SIG_DFL if handler is None else handler)
 
 
-def run_cell(cell: Cell, runs: Path, progress: bool) -> None:
-    """Reuse a finished run of this exact config, resume an interrupted one, or start it.
+def run_cell(cell: Cell, runs: Path, progress: bool) -> bool:
+    """Reuse a finished run of this exact config, resume an interrupted one, or start it;
+    whether it trained (False: a finished run reused, which no time estimate should count).
 
     A run that differs only in its seeds keeps every finished seed: raising ``--repeats`` (or
     ``--seeds``) trains only the new ones, and lowering it retrains nothing."""
@@ -74,8 +75,10 @@ def run_cell(cell: Cell, runs: Path, progress: bool) -> None:
         cell.run_dir, cell.summary = run(cell.config, runs, progress=progress)
     elif (path / "summary.json").is_file():
         cell.run_dir, cell.summary = path, read_json(path / "summary.json", "run summary")
+        return False
     else:
         cell.run_dir, cell.summary = resume(path, progress=progress)
+    return True
 
 
 def run_cells(cells: list[Cell], runs: Path, progress: bool, jobs: int) -> None:
@@ -84,13 +87,35 @@ def run_cells(cells: list[Cell], runs: Path, progress: bool, jobs: int) -> None:
     and its GPU: a worker trains the seed as a run under ``runs/.seeds`` (an interrupted one
     resumes there), the finished seed moves into its cell, and each cell's summary is then
     written from its seeds. A seed's run depends on its config and seed alone, so the table
-    is the one ``jobs = 1`` gives."""
+    is the one ``jobs = 1`` gives.
+
+    With ``progress``, the plan's size comes first, then a line per finished seed (in a pool)
+    or cell (otherwise) with the time the rest should take."""
+    seeds = sum(len(cell.config.run_seeds) for cell in cells)
+    pooled = False
     if jobs > 1:
         tasks = [(cell, seed) for cell in cells for seed in seeds_to_train(cell, runs)]
-        if len(tasks) > 1:
+        pooled = len(tasks) > 1
+        if progress:
+            print(f"{plan_size(len(cells), seeds, jobs)}, {len(tasks)} still to train",
+                  flush=True)
+        if pooled:
             _train_seeds(tasks, runs, progress, jobs)
-    for cell in cells:
-        run_cell(cell, runs, progress)
+    elif progress:
+        print(plan_size(len(cells), seeds, jobs), flush=True)
+    spent: list[float] = []
+    for done, cell in enumerate(cells, 1):
+        start = time.monotonic()
+        if run_cell(cell, runs, progress) and progress and not pooled:
+            spent.append(time.monotonic() - start)
+            print(f"[{done}/{len(cells)}] {cell.config.name} finished, "
+                  f"{time_left(spent, len(cells) - done, 1)}", flush=True)
+
+
+def plan_size(cells: int, seeds: int, jobs: int) -> str:
+    """The size of a reproduction's plan, said before any of it runs."""
+    return (f"plan: {cells} cell{'s' * (cells != 1)}, {seeds} seed run{'s' * (seeds != 1)}, "
+            f"{jobs} job{'s' * (jobs != 1)}")
 
 
 def _train_seeds(tasks: list[tuple[Cell, int]], runs: Path, progress: bool, jobs: int) -> None:
@@ -98,8 +123,7 @@ def _train_seeds(tasks: list[tuple[Cell, int]], runs: Path, progress: bool, jobs
     ``KeyboardInterrupt`` too) the queued seeds are cancelled and the workers ended first."""
     workers = min(jobs, len(tasks))
     context = multiprocessing.get_context("spawn")  # CUDA cannot be forked
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
-                             initargs=(jobs,)) as pool:
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker) as pool:
         try:
             # the workers start here, inheriting SIGINT blocked: only this process answers a
             # Ctrl-C (a terminal sends it to every worker too); one that came meanwhile is
@@ -116,13 +140,14 @@ def _train_seeds(tasks: list[tuple[Cell, int]], runs: Path, progress: bool, jobs
             raise
 
 
-def _start_worker(jobs: int) -> None:
-    """A worker's set-up: it ignores SIGINT (the parent ends it); its torch threads are the
-    machine's cores split between the workers; and the allocator the command line sets up (a
-    spawned worker starts without it)."""
+def _start_worker() -> None:
+    """A worker's set-up: it ignores SIGINT (the parent ends it); it computes on one torch
+    thread (the workers are the parallelism, and more threads would spin against each other;
+    a run inside computes on its config's ``threads``, 1 unless a ``--set`` says otherwise);
+    and the allocator the command line sets up (a spawned worker starts without it)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // jobs))
+    torch.set_num_threads(1)
     keep_freed_memory()
 
 
@@ -157,10 +182,11 @@ def _train_seed(cell: Cell, seed: int, runs: Path) -> tuple[Path, float]:
 def adopt_finished(completed: Iterable[Future], tasks: dict[Future, tuple[Cell, int]],
                    runs: Path, progress: bool, workers: int = 1) -> None:
     """Move every seed that finished into its cell as it completes, saying so with an estimate
-    of the time left (the mean seed's time x the seeds left / ``workers``). A seed that failed
-    does not cost the others theirs: they are all adopted, then the failures are raised
-    together (a failed seed stays under ``runs/.seeds``, to resume from its last checkpoint)."""
-    failed, spent = [], 0.0
+    of the time left (``time_left``). A seed that failed does not cost the others theirs: they
+    are all adopted, then the failures are raised together (a failed seed stays under
+    ``runs/.seeds``, to resume from its last checkpoint)."""
+    failed: list[str] = []
+    spent: list[float] = []
     for done, future in enumerate(completed, 1):
         cell, seed = tasks[future]
         try:
@@ -169,11 +195,10 @@ def adopt_finished(completed: Iterable[Future], tasks: dict[Future, tuple[Cell, 
             failed.append(f"{cell.config.name} seed {seed}: {error}")
             continue
         _adopt_seed(staged, runs / cell.config.name, seed)
-        spent += seconds
+        spent.append(seconds)
         if progress:
-            left = spent / (done - len(failed)) * (len(tasks) - done) / workers
-            print(f"[{done}/{len(tasks)}] {cell.config.name} seed {seed} finished, about "
-                  f"{_duration(left)} left", flush=True)
+            print(f"[{done}/{len(tasks)}] {cell.config.name} seed {seed} finished, "
+                  f"{time_left(spent, len(tasks) - done, workers)}", flush=True)
     if failed:
         raise GraphfedError(f"{len(failed)} of {len(tasks)} seeds failed (the others are in "
                             f"their cells): " + "; ".join(failed))
@@ -186,6 +211,15 @@ def _adopt_seed(staged: Path, cell_dir: Path, seed: int) -> None:
         shutil.rmtree(target)
     shutil.move(str(staged / f"seed-{seed}"), str(target))
     shutil.rmtree(staged)
+
+
+def time_left(spent: Sequence[float], left: int, workers: int) -> str:
+    """``about 3m20s left``: the median of the finished tasks' times (one slow or resumed task
+    moves it little) x the tasks left / the ``workers`` taking them at once; ``nothing left``
+    at the end."""
+    if left <= 0:
+        return "nothing left"
+    return f"about {_duration(statistics.median(spent) * left / workers)} left"
 
 
 def _duration(seconds: float) -> str:

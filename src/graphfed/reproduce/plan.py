@@ -19,6 +19,13 @@ from graphfed.errors import GraphfedError
 from graphfed.reproduce.preset import Preset, Variant
 from graphfed.reproduce.settings import Setting, keep_matching, parse_label, same_dataset
 
+# the committed tables were trained one client after another: a preset regenerates them bit for
+# bit on that engine unless it (or the command's overrides) says otherwise
+PINNED = ("engine=sequential",)
+# keys a cell's directory may differ in and still serve it: the seeds (a finished seed is kept)
+# and the threads (which change no number)
+KEPT_ACROSS = ("seed", "seeds", "threads")
+
 
 @dataclass
 class Cell:
@@ -82,13 +89,13 @@ def fold_axis(preset: Preset, folds: int | None) -> list[int | None]:
 def cell_config(preset: Preset, variant: Variant, dataset: str, seeds: list[int],
                 quick: bool, fairness_on: str = "local", overrides: tuple[str, ...] = (),
                 fold: int | None = None) -> ExperimentConfig:
-    """The cell's config: the paper's protocol, the dataset's, the setting label's and the row's
-    settings, the fold, then ``--quick`` and the caller's own ``overrides`` (e.g. fewer rounds),
-    which win."""
+    """The cell's config: ``PINNED``, the paper's protocol, the dataset's, the setting label's and
+    the row's settings, the fold, then ``--quick`` and the caller's own ``overrides`` (e.g.
+    fewer rounds, ``engine=auto``), which win."""
     setting = parse_label(dataset, preset.setting_keys)
     extra = ["client_global_eval=true"] if fairness_on == "global" else []
     folded = [] if fold is None else [f"partition.fold={fold}"]
-    settings = [*preset.base, *extra, f"dataset={setting.dataset}",
+    settings = [*PINNED, *preset.base, *extra, f"dataset={setting.dataset}",
                  *preset.dataset_overrides.get(setting.dataset, []),
                  *setting.overrides(preset.setting_keys),
                  f"algorithm={variant.algorithm or 'local'}", *variant.overrides,
@@ -117,11 +124,11 @@ def plan_cells(preset: Preset, variants: list[Variant], labels: list[str], seeds
 
 def keeps_its_seeds(path: Path, config: ExperimentConfig) -> bool:
     """Whether the run directory ``path`` can serve ``config``: it holds the same config but for
-    the seeds (then it is made to hold ``config`` itself, its summary dropped if the seeds
+    ``KEPT_ACROSS`` (then it is made to hold ``config`` itself, its summary dropped if they
     changed); otherwise whatever is there is removed."""
     wanted = config.to_dict()
     saved = _saved_config(path) if (path / "config.yaml").is_file() else None
-    if saved is None or _but_seeds(saved) != _but_seeds(wanted):
+    if saved is None or _but_kept(saved) != _but_kept(wanted):
         if path.exists():
             shutil.rmtree(path)
         return False
@@ -131,8 +138,8 @@ def keeps_its_seeds(path: Path, config: ExperimentConfig) -> bool:
     return True
 
 
-def _but_seeds(config: dict) -> dict:
-    return {k: v for k, v in config.items() if k not in ("seed", "seeds")}
+def _but_kept(config: dict) -> dict:
+    return {k: v for k, v in config.items() if k not in KEPT_ACROSS}
 
 
 def _saved_config(path: Path) -> dict | None:

@@ -1,11 +1,15 @@
-"""The reproduction status pages, generated from the committed result tables.
+"""The reproduction status pages and the algorithm tables, generated from the committed result
+tables and the algorithm registry.
 
 ``python -m graphfed.reproduce.status`` rewrites the generated parts of ``README.md``,
 ``docs/results/status.md`` and each paper's page (``docs/results/<paper>.md``) from the
 ``table.csv`` files committed under ``docs/results/`` and the declarative list of every table and
-figure of each paper (``graphfed.reproduce.paper_items``); ``--check`` only compares and exits 1
-naming the first line that differs. A generated part sits between ``<!-- status:start -->`` and
-``<!-- status:end -->`` (``items`` on a paper's page), so the prose around it stays by hand.
+figure of each paper (``graphfed.reproduce.paper_items``), and the algorithm tables of
+``README.md`` (names by family) and ``docs/algorithms.md`` (``graphfed algorithms --markdown``)
+from the algorithm registry; ``--check`` only compares and exits 1 naming the first line that
+differs. A generated part sits between ``<!-- status:start -->`` and ``<!-- status:end -->``
+(``items`` on a paper's page, ``algorithms`` for an algorithm table), so the prose around it
+stays by hand.
 
 Every number these parts show is read from a committed table, with the rule that selected its
 round (``final``, ``min_val_loss``, a whole-run number, or the test-selected ``max`` /
@@ -23,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from graphfed.algorithms.registry import catalogue, family_table, markdown_table
 from graphfed.reproduce.paper_items import (
     NO_EXPERIMENT,
     NOT_REPRODUCED,
@@ -40,6 +45,7 @@ from graphfed.reproduce.selection import TEST_SELECTED
 RESULTS = Path("docs/results")
 STATUS_PAGE = RESULTS / "status.md"
 README = Path("README.md")
+ALGORITHMS_PAGE = Path("docs/algorithms.md")
 TOLERANCE = 0.03  # on a fraction; on a larger number (bytes), this share of the paper's
 WHOLE_RUN = "run"
 # tables written before the select column existed: each metric's rule (FedEgo's F1s were the
@@ -294,26 +300,35 @@ def splice(text: str, block: str, name: str, where: str) -> str:
 
 
 def expected_pages(root: Path, papers: tuple[Paper, ...] = PAPERS) -> dict[Path, str]:
-    """Every page with a generated part, as the committed tables make it (whole text)."""
+    """Every page with a generated part, as the committed tables and the algorithm registry
+    make it (whole text)."""
     results = root / RESULTS
     tables = load_tables(results, papers)
-    pages = {root / README: ("status", readme_block(papers, tables)),
-             root / STATUS_PAGE: ("status", status_block(papers, tables, results))}
+    algorithms = catalogue()
+    pages = {root / README: {"status": readme_block(papers, tables),
+                             "algorithms": family_table(algorithms)},
+             root / ALGORITHMS_PAGE: {"algorithms": markdown_table(algorithms)},
+             root / STATUS_PAGE: {"status": status_block(papers, tables, results)}}
     for paper in papers:
-        pages[results / f"{paper.key}.md"] = ("items", paper_block(paper, tables, results))
-    return {path: splice(path.read_text(), block, name, str(path))
-            for path, (name, block) in pages.items()}
+        pages[results / f"{paper.key}.md"] = {"items": paper_block(paper, tables, results)}
+    expected = {}
+    for path, blocks in pages.items():
+        text = path.read_text()
+        for name, block in blocks.items():
+            text = splice(text, block, name, str(path))
+        expected[path] = text
+    return expected
 
 
 def first_difference(path: Path, found: str, wanted: str) -> str:
-    """A message naming the first line where a page differs from what the tables give."""
+    """A message naming the first line where a page differs from what the generator gives."""
     have, want = found.splitlines(), wanted.splitlines()
     for number, (a, b) in enumerate(zip(have, want, strict=False), 1):
         if a != b:
-            return (f"{path}:{number}: differs from what the committed tables give\n"
+            return (f"{path}:{number}: differs from what the generator gives\n"
                     f"  found:    {a}\n  expected: {b}")
     number = min(len(have), len(want)) + 1
-    return f"{path}:{number}: the page has {len(have)} lines, the tables give {len(want)}"
+    return f"{path}:{number}: the page has {len(have)} lines, the generator gives {len(want)}"
 
 
 def differences(root: Path) -> list[str]:
@@ -357,7 +372,7 @@ def _cli(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m graphfed.reproduce.status",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true",
-                        help="change nothing; exit 1 if a page differs from the tables")
+                        help="change nothing; exit 1 if a page differs from what it generates")
     parser.add_argument("--root", type=Path, default=Path("."),
                         help="the repository root (default: the current directory)")
     args = parser.parse_args(argv)

@@ -64,9 +64,22 @@ class NodeBatch:
     y: Tensor
     index: Tensor
 
-    def forward(self, model: nn.Module, call: ModelCall) -> Tensor:
-        logits: Tensor = call(model, (self.x, self.edge_index, self.edge_weight))
-        return logits[self.index]
+    @overload
+    def forward(self, model: nn.Module, call: ModelCall) -> Tensor: ...
+
+    @overload
+    def forward(self, model: nn.Module, call: ModelCall, *, with_embedding: Literal[True]
+                ) -> tuple[Tensor, Tensor]: ...
+
+    def forward(self, model: nn.Module, call: ModelCall, **kwargs: bool
+                ) -> Tensor | tuple[Tensor, Tensor]:
+        """The ``index`` nodes' logits; ``with_embedding=True`` (a model that returns node
+        embeddings too): (logits, node embeddings)."""
+        if kwargs.get("with_embedding"):
+            logits, embedding = call(model, (self.x, self.edge_index, self.edge_weight), kwargs)
+            return logits[self.index], embedding[self.index]
+        out: Tensor = call(model, (self.x, self.edge_index, self.edge_weight))
+        return out[self.index]
 
     @property
     def targets(self) -> Tensor:

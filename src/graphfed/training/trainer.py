@@ -40,8 +40,9 @@ class LossSeeingTerm(Protocol):
 
 
 ExtraLoss = PlainLoss | LossSeeingTerm
-# (live params, the mini-batch, its graph embeddings) -> a loss term, for embedding regularisers
-BatchLoss = Callable[[Params, GraphBatch, Tensor], Tensor]
+# (live params, the mini-batch, its embeddings: a graph's, or a node's where the model returns
+# them) -> a loss term, for embedding regularisers
+BatchLoss = Callable[[Params, NodeBatch | GraphBatch, Tensor], Tensor]
 # (live params, the mini-batch) before the step: reads what a step sees (FedEgo's uploads)
 BatchHook = Callable[[Params, object], None]
 # (live params) after each epoch, under no_grad: may move them in place, the optimizer's state
@@ -142,13 +143,12 @@ class Trainer:
                     on_batch(live, batch)
                 if batch_loss is None:
                     logits = batch.forward(self.model, call)
-                else:  # a BatchLoss is given for graph-level clients only
-                    logits, embedding = cast(GraphBatch, batch).forward(
-                        self.model, call, with_embedding=True)
+                else:
+                    logits, embedding = batch.forward(self.model, call, with_embedding=True)
                 loss = F.cross_entropy(logits, batch.targets)
                 objective = loss if extra_loss is None else loss + _extra(extra_loss, live, loss)
                 if batch_loss is not None:
-                    objective = objective + batch_loss(live, cast(GraphBatch, batch), embedding)
+                    objective = objective + batch_loss(live, batch, embedding)
                 objective.backward()
                 optimizer.step()
                 n = len(batch.targets)

@@ -3,13 +3,16 @@ sample-size weighted average of the returned parameters."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field
 
 from graphfed.algorithms.registry import Algorithm, register
 from graphfed.mechanisms.robust import robust_average
-from graphfed.messages import NUM_SAMPLES, Message, fit_scalars, spec_of
+from graphfed.messages import NUM_SAMPLES, Message, ScalarSpec, TensorSpec, fit_scalars, spec_of
 from graphfed.protocol import AlgorithmOptions, Client, ClientContext, Server, Setup
 from graphfed.tensors import Params
+from graphfed.training import TrainStats
 from graphfed.training.step import LocalStep
 
 
@@ -20,20 +23,21 @@ class FedAvgOptions(AlgorithmOptions):
 class FedAvgServer(Server):
     """Holds one global model; every sampled client gets it, replies are averaged."""
 
-    state_keys = ("params",)
+    state_keys: ClassVar[tuple[str, ...]] = ("params",)
+    options: FedAvgOptions
 
     def __init__(self, setup: Setup):
         super().__init__(setup)
         self.params: Params = {k: v.clone() for k, v in setup.initial_params.items()}
 
-    def configure_fit(self, rnd, clients):
+    def configure_fit(self, rnd: int, clients: list[int]) -> dict[int, Message]:
         message = Message(tensors=self.params)
         return {c: message for c in clients}
 
-    def reply_spec(self, client):
+    def reply_spec(self, client: int) -> tuple[TensorSpec | None, ScalarSpec]:
         return spec_of(self.params), fit_scalars()
 
-    def aggregate_fit(self, rnd, replies):
+    def aggregate_fit(self, rnd: int, replies: dict[int, Message]) -> None:
         if not replies:
             return
         self.params = self.average([m.tensors for m in replies.values()],
@@ -42,7 +46,7 @@ class FedAvgServer(Server):
     def weights(self, replies: dict[int, Message]) -> list[float]:
         """Each reply's aggregation weight: its training samples (the partition's count, which
         the runtime puts in place of the client's claim), or 1 with ``weighted=false``."""
-        weighted = getattr(self.setup.options, "weighted", True)
+        weighted = self.options.weighted
         return [float(m.scalars[NUM_SAMPLES]) if weighted else 1.0 for m in replies.values()]
 
     def average(self, models: list[Params], weights: list[float],
@@ -54,7 +58,7 @@ class FedAvgServer(Server):
 
     configure_evaluate = configure_fit
 
-    def global_params(self):
+    def global_params(self) -> Params | None:
         return self.params
 
 
@@ -62,16 +66,17 @@ class FedAvgClient(Client):
     """Trains the received model on local data: a standard ``LocalStep`` (subclasses add a
     proximal term there), so the batched engine may train many clients at once."""
 
-    def local_step(self, message, ctx: ClientContext) -> LocalStep | None:
+    def local_step(self, message: Message, ctx: ClientContext) -> LocalStep | None:
         return LocalStep(message.tensors)
 
-    def finish_step(self, message, ctx: ClientContext, params: Params, stats) -> Message:
+    def finish_step(self, message: Message, ctx: ClientContext, params: Params,
+                    stats: TrainStats) -> Message:
         return self.reply(params, ctx, stats)
 
-    def fit(self, message, ctx: ClientContext):
+    def fit(self, message: Message, ctx: ClientContext) -> Message:
         return self.fit_by_step(message, ctx)
 
-    def evaluated_params(self, message, ctx):
+    def evaluated_params(self, message: Message, ctx: ClientContext) -> Params | None:
         return message.tensors
 
 

@@ -58,10 +58,14 @@ from torch import Tensor
 
 from graphfed.algorithms.averaging.fedavg import FedAvgClient, FedAvgOptions, FedAvgServer
 from graphfed.algorithms.registry import Algorithm, register
-from graphfed.messages import FLAG, Message, MessageError
+from graphfed.messages import FLAG, Message, MessageError, ScalarSpec, TensorSpec
 from graphfed.models.fedgcn import FedGCNNet, neighbour_mean, neighbour_sums
 from graphfed.models.gnn import ModelOptions
+from graphfed.protocol import ClientContext, Setup
+from graphfed.tensors import Params
+from graphfed.training import TrainStats
 from graphfed.training.step import LocalStep
+from graphfed.training.trainer import SplitMetrics
 
 FEATURES = "fedgcn_features"
 READY = "fedgcn_ready"
@@ -97,29 +101,30 @@ class FedGCNServer(FedAvgServer):
     """FedAvg, plus the per-node sums of the setup exchange, sent with a client's first message."""
 
     state_keys = (*FedAvgServer.state_keys, "totals", "ready")
+    options: FedGCNOptions
 
-    def __init__(self, setup):
+    def __init__(self, setup: Setup) -> None:
         super().__init__(setup)
         self.totals: dict[int, tuple[Tensor, Tensor]] = {}
         self.ready: set[int] = set()
 
-    def configure_setup(self, clients):
-        return {c: Message() for c in clients} if self.setup.options.hops > 0 else {}
+    def configure_setup(self, clients: list[int]) -> dict[int, Message]:
+        return {c: Message() for c in clients} if self.options.hops > 0 else {}
 
-    def reply_spec(self, client):
+    def reply_spec(self, client: int) -> tuple[TensorSpec | None, ScalarSpec]:
         spec, scalars = super().reply_spec(client)
         return spec, {**scalars, READY: FLAG}
 
-    def setup_reply_spec(self, client):
+    def setup_reply_spec(self, client: int) -> tuple[TensorSpec | None, ScalarSpec]:
         sizes = self.setup.client_sizes
         n = sizes[client].nodes if sizes else -1  # one row per node the partition gave it
-        if self.setup.options.dedup_overlaps:
+        if self.options.dedup_overlaps:
             return {"ids": ((n,), torch.long), "features": ((n, -1), torch.float32),
                     "edges": ((2, -1), torch.long)}, {}
         return {"ids": ((n,), torch.long), "sums": ((n, -1), torch.float32),
                 "counts": ((n,), torch.float32)}, {}
 
-    def check_setup_reply(self, client, message):
+    def check_setup_reply(self, client: int, message: Message) -> None:
         ids = message.tensors["ids"]
         rows = message.tensors["features" if "features" in message.tensors else "sums"]
         if rows.shape[0] != len(ids):
@@ -134,17 +139,17 @@ class FedGCNServer(FedAvgServer):
         elif not bool(torch.isin(message.tensors["edges"], ids).all()):
             raise MessageError(f"client {client}: an edge leaves the nodes it holds")
 
-    def aggregate_setup(self, replies):
+    def aggregate_setup(self, replies: dict[int, Message]) -> None:
         if not replies:
             return
-        rows = "features" if self.setup.options.dedup_overlaps else "sums"
+        rows = "features" if self.options.dedup_overlaps else "sums"
         widths = {m.tensors[rows].shape[1] for m in replies.values()}
         if len(widths) > 1:
             raise MessageError(f"FedGCN's clients sent {rows} of different widths {widths}")
         clients = list(replies)
         ids = torch.cat([replies[c].tensors["ids"] for c in clients])
         nodes, slot = torch.unique(ids, return_inverse=True)
-        if self.setup.options.dedup_overlaps:
+        if self.options.dedup_overlaps:
             sums, counts = union_sums(nodes, slot, [replies[c] for c in clients])
         else:
             sums = torch.zeros(len(nodes), widths.pop())
@@ -162,13 +167,13 @@ class FedGCNServer(FedAvgServer):
         return Message(tensors={**base.tensors, f"{FEATURES}.sums": sums,
                                 f"{FEATURES}.counts": counts})
 
-    def configure_fit(self, rnd, clients):
+    def configure_fit(self, rnd: int, clients: list[int]) -> dict[int, Message]:
         base = Message(tensors=self.params)
         return {c: self._message(c, base) for c in clients}
 
     configure_evaluate = configure_fit
 
-    def aggregate_fit(self, rnd, replies):
+    def aggregate_fit(self, rnd: int, replies: dict[int, Message]) -> None:
         self.ready |= {c for c, m in replies.items() if m.scalars.get(READY)}
         super().aggregate_fit(rnd, replies)
 
@@ -176,15 +181,18 @@ class FedGCNServer(FedAvgServer):
 class FedGCNClient(FedAvgClient):
     """Sends its per-node neighbour sums once; trains on the features built from the totals."""
 
-    def answer_setup(self, message, ctx):
-        graph, ids = ctx.data.graph, ctx.data.global_ids.long()
+    options: FedGCNOptions
+
+    def answer_setup(self, message: Message, ctx: ClientContext) -> Message:
+        graph, ids = ctx.node_data().graph, ctx.node_data().global_ids.long()
         if self.options.dedup_overlaps:
             return Message(tensors={"ids": ids, "features": graph.x.float(),
                                     "edges": ids[graph.edge_index]})
         sums, counts = neighbour_sums(graph.x.float(), graph.edge_index, graph.num_nodes)
         return Message(tensors={"ids": ids, "sums": sums, "counts": counts})
 
-    def _with_features(self, message: Message, ctx):
+    def _with_features(self, message: Message, ctx: ClientContext
+                       ) -> tuple[Message, ClientContext]:
         """The message without the feature totals (stored once received) and ``ctx`` with the
         client's data showing the aggregated features: one view object, kept in ``ctx.cache``
         while the features stay the same, so that the batched engine finds the layout it
@@ -192,8 +200,9 @@ class FedGCNClient(FedAvgClient):
         tensors = dict(message.tensors)
         sums, counts = tensors.pop(f"{FEATURES}.sums", None), tensors.pop(f"{FEATURES}.counts",
                                                                          None)
-        graph, device = ctx.data.graph, ctx.data.x.device  # the raw graph is kept off the device
-        if sums is not None:  # the totals arrive on the client's device
+        data = ctx.node_data()
+        graph, device = data.graph, data.x.device  # the raw graph is kept off the device
+        if sums is not None and counts is not None:  # the totals arrive on the client's device
             x = (graph.x.float().to(device) + sums) / (1 + counts).unsqueeze(1)
             edge_index = graph.edge_index.to(device)
             for _ in range(self.options.hops - 1):
@@ -203,22 +212,23 @@ class FedGCNClient(FedAvgClient):
             return message, ctx
         view = ctx.cache.get(VIEW)
         if view is None or view.x is not ctx.state[FEATURES]:
-            view = ctx.cache[VIEW] = copy.copy(ctx.data)
+            view = ctx.cache[VIEW] = copy.copy(data)
             view.x = ctx.state[FEATURES]
         return Message(tensors=tensors, scalars=message.scalars), replace(ctx, data=view)
 
-    def local_step(self, message, ctx):
+    def local_step(self, message: Message, ctx: ClientContext) -> LocalStep | None:
         """FedAvg's step on the aggregated features (stored in ``ctx.state`` as they arrive,
         the same whether the step is then trained alone or in a batch)."""
         message, view = self._with_features(message, ctx)
         return LocalStep(message.tensors, data=view.data)
 
-    def finish_step(self, message, ctx, params, stats):
+    def finish_step(self, message: Message, ctx: ClientContext, params: Params,
+                    stats: TrainStats) -> Message:
         reply = super().finish_step(message, ctx, params, stats)
         reply.scalars[READY] = FEATURES in ctx.state
         return reply
 
-    def evaluate(self, message, ctx):
+    def evaluate(self, message: Message, ctx: ClientContext) -> SplitMetrics:
         message, view = self._with_features(message, ctx)
         return super().evaluate(message, view)
 
@@ -230,5 +240,6 @@ FEDGCN = register(Algorithm(
     levels=("node",),
     model=fedgcn_model,
     batched=True,
+    modes={"dedup": ("fedgcn.dedup_overlaps=true",)},
     description="FedAvg of a 2-layer GCN on neighbour features summed across clients before "
                 "training"))

@@ -14,8 +14,9 @@ Each round, as the authors' code (``Oxfordblue7/FedLIT:src/models/{client,server
 * the server matches each client's prototypes to the global ones, one-to-one by cosine
   similarity (round 1: to the first client's), reorders the client's channels to the global
   order (``graphfed.mechanisms.channel_alignment``), averages the projection and the classifier
-  as FedAvg does (by training-set size, under the run's ``aggregation`` rule), each channel over
-  the client channels matched to it that saw a training node, and the prototypes uniformly.
+  as FedAvg does (by training-set size unless ``weighted=false``, under the run's ``aggregation``
+  rule), each channel over the client channels matched to it that saw a training node, and the
+  prototypes uniformly.
 
 The client deploys, and is evaluated on, the model it downloads: the code's client copies the
 global weights and prototypes into its own channel order, which computes exactly what the
@@ -27,12 +28,12 @@ The code runs its EM iterations once per local epoch (its default is one epoch a
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from pydantic import Field
 
-from graphfed.algorithms.averaging.fedavg import FedAvgServer
+from graphfed.algorithms.averaging.fedavg import FedAvgOptions, FedAvgServer
 from graphfed.algorithms.registry import Algorithm, RunView, register
 from graphfed.mechanisms.channel_alignment import (
     align_channels,
@@ -40,7 +41,7 @@ from graphfed.mechanisms.channel_alignment import (
     channel_order,
     channel_weights,
 )
-from graphfed.messages import Message, MessageError, fit_scalars, spec_of
+from graphfed.messages import Message, MessageError, ScalarSpec, TensorSpec, fit_scalars, spec_of
 from graphfed.models.gnn import ModelOptions
 from graphfed.models.link_type_gnn import (
     CHANNEL_LAYERS,
@@ -50,13 +51,13 @@ from graphfed.models.link_type_gnn import (
     node_projection,
 )
 from graphfed.models.link_types import assign_link_types, kmeans_plus_plus, prototype_means
-from graphfed.protocol import AlgorithmOptions, Client, ClientContext, Setup
+from graphfed.protocol import Client, ClientContext, Setup
 from graphfed.tensors import Params
 
 CHANNEL_SAMPLES = "channel_samples"  # reply: training nodes each channel reached (K, int64)
 
 
-class FedLitOptions(AlgorithmOptions):
+class FedLitOptions(FedAvgOptions):
     link_types: int = Field(
         4, ge=1, description="K, the number of latent link types (channels). RECONSTRUCTED: "
         "FedSpray does not say which K its FedLit ran; 4 is the FedLIT code's default "
@@ -97,13 +98,14 @@ class FedLitServer(FedAvgServer):
     """Holds the global model and prototypes; aligns each reply's channels before averaging."""
 
     state_keys = (*FedAvgServer.state_keys, "has_prototypes", "last")
+    options: FedLitOptions
 
     def __init__(self, setup: Setup):
         super().__init__(setup)
         self.has_prototypes = False  # until the first replies, clients seed their own
         self.last: dict = {}
 
-    def configure_fit(self, rnd, clients):
+    def configure_fit(self, rnd: int, clients: list[int]) -> dict[int, Message]:
         tensors = (self.params if self.has_prototypes else
                    {k: v for k, v in self.params.items() if k != PROTOTYPES})
         message = Message(tensors=tensors)
@@ -111,15 +113,15 @@ class FedLitServer(FedAvgServer):
 
     configure_evaluate = configure_fit
 
-    def reply_spec(self, client):
-        k = self.setup.options.link_types
+    def reply_spec(self, client: int) -> tuple[TensorSpec | None, ScalarSpec]:
+        k = self.options.link_types
         return {**spec_of(self.params), CHANNEL_SAMPLES: ((k,), torch.int64)}, fit_scalars()
 
-    def check_reply(self, client, message):
+    def check_reply(self, client: int, message: Message) -> None:
         if bool((message.tensors[CHANNEL_SAMPLES] < 0).any()):
             raise MessageError(f"client {client}: negative {CHANNEL_SAMPLES}")
 
-    def aggregate_fit(self, rnd, replies):
+    def aggregate_fit(self, rnd: int, replies: dict[int, Message]) -> None:
         if not replies:
             return
         clients = sorted(replies)
@@ -130,7 +132,7 @@ class FedLitServer(FedAvgServer):
                    for m, order in zip(models, orders, strict=True)]
         counts = torch.stack([m[CHANNEL_SAMPLES][order]
                               for m, order in zip(models, orders, strict=True)])
-        weights = channel_weights(counts, self.setup.options.channel_weighting)
+        weights = channel_weights(counts, self.options.channel_weighting)
         shared = [k for k in self.params if not is_channel_parameter(k)]
         channels = [k for k in self.params if is_channel_parameter(k) and k != PROTOTYPES]
         current = self.params
@@ -146,12 +148,14 @@ class FedLitServer(FedAvgServer):
         self.last = {"clients": clients, "channel_order": [o.tolist() for o in orders],
                      "channel_weights": weights.tolist()}
 
-    def round_metrics(self):
+    def round_metrics(self) -> dict[str, Any]:
         return self.last
 
 
 class FedLitClient(Client):
     """Seeds or takes the prototypes, runs EM on its edges, trains, uploads everything."""
+
+    options: FedLitOptions
 
     def with_prototypes(self, params: Params, ctx: ClientContext) -> Params:
         """``params`` with prototypes: the server's, or (before it has any) k-means++ seeds of
@@ -159,22 +163,22 @@ class FedLitClient(Client):
         if PROTOTYPES in params:
             return params
         generator = torch.Generator().manual_seed(int(torch.randint(2**62, ())))
-        h = node_projection(params, ctx.data.x)
-        seeds = kmeans_plus_plus(h, ctx.data.edge_index, self.options.link_types, generator)
+        h = node_projection(params, ctx.node_data().x)
+        seeds = kmeans_plus_plus(h, ctx.node_data().edge_index, self.options.link_types, generator)
         return {**params, PROTOTYPES: seeds}
 
     def fit(self, message: Message, ctx: ClientContext) -> Message:
         params = self.with_prototypes(message.tensors, ctx)
-        edge_index = ctx.data.edge_index
+        edge_index = ctx.node_data().edge_index
         with torch.no_grad():
-            h = node_projection(params, ctx.data.x)
+            h = node_projection(params, ctx.node_data().x)
             prototypes = params[PROTOTYPES]
             for _ in range(self.options.em_iterations - 1):
                 types = assign_link_types(h, edge_index, prototypes)
                 prototypes = prototype_means(h, edge_index, types, prototypes)
             types = assign_link_types(h, edge_index, prototypes)
             updated = prototype_means(h, edge_index, types, prototypes)
-            reached = channel_training_nodes(edge_index, types, ctx.data.index["train"],
+            reached = channel_training_nodes(edge_index, types, ctx.node_data().index["train"],
                                              len(h), self.options.link_types)
         trained, stats = self.local_train({**params, PROTOTYPES: prototypes}, ctx)
         return self.reply({**trained, PROTOTYPES: updated, CHANNEL_SAMPLES: reached}, ctx, stats)
@@ -200,5 +204,8 @@ FEDLIT = register(Algorithm(
     model=build_link_type_gnn,
     check=check_backbone,
     sparse_features=True,
+    # its server and its clients list the prototypes at different places of the model, which
+    # an optimizer state kept across rounds must survive
+    modes={"persistent": ("optimizer.persistent=true",)},
     description="EM-clustered latent link types, one GNN channel each; the server matches the "
                 "clients' edge prototypes and averages each channel with those matched to it"))

@@ -12,11 +12,15 @@ that FedProx trains like FedAvg; ``compat_detached`` reproduces that, the defaul
 
 from __future__ import annotations
 
+from typing import cast
+
 from pydantic import Field
+from torch import Tensor
 
 from graphfed.algorithms.averaging.fedavg import FedAvgClient, FedAvgOptions, FedAvgServer
 from graphfed.algorithms.registry import Algorithm, register
-from graphfed.messages import ScalarRange
+from graphfed.messages import Message, ScalarRange, ScalarSpec, TensorSpec
+from graphfed.protocol import ClientContext
 from graphfed.tensors import Params
 from graphfed.training.step import LocalStep
 
@@ -35,9 +39,9 @@ class FedProxOptions(FedAvgOptions):
         "gradients, as in FedEgo's code (state_dict tensors are detached)")
 
 
-def normalised_distance(live: Params, anchor: Params):
+def normalised_distance(live: Params, anchor: Params) -> Tensor:
     """sum over tensors of ||w - anchor||_F / numel(w) (FedEgo's code's proximal term)."""
-    return sum((live[k] - anchor[k]).norm() / anchor[k].numel() for k in anchor)
+    return cast(Tensor, sum((live[k] - anchor[k]).norm() / anchor[k].numel() for k in anchor))
 
 
 def adapt_mu(mu: float, loss: float, prox: float) -> float:
@@ -60,7 +64,7 @@ class AdaptiveProximalTerm:
         self.anchor = {k: v.detach() for k, v in anchor.items()}
         self.detached = detached
 
-    def __call__(self, live: Params, loss):
+    def __call__(self, live: Params, loss: Tensor) -> Tensor:
         prox = normalised_distance(live, self.anchor)
         self.mu = adapt_mu(self.mu, float(loss), float(prox.detach()))
         return self.mu * (prox.detach() if self.detached else prox)
@@ -69,19 +73,20 @@ class AdaptiveProximalTerm:
 class FedProxServer(FedAvgServer):
     """FedAvg's server; an adaptive client's reply also states its mu (recorded, never used)."""
 
-    def reply_spec(self, client):
+    def reply_spec(self, client: int) -> tuple[TensorSpec | None, ScalarSpec]:
         spec, scalars = super().reply_spec(client)
         return spec, {**scalars, MU: ScalarRange(0.0).optional}
 
 
 class FedProxClient(FedAvgClient):
-    def local_step(self, message, ctx):
+    options: FedProxOptions
+    def local_step(self, message: Message, ctx: ClientContext) -> LocalStep | None:
         """The plain term is a standard step; the adaptive one (mu moving per batch) is not."""
         if getattr(self.options, "adaptive", False):
             return None
         return LocalStep(message.tensors, self.options.mu, message.tensors)
 
-    def fit(self, message, ctx):
+    def fit(self, message: Message, ctx: ClientContext) -> Message:
         if not getattr(self.options, "adaptive", False):
             return super().fit(message, ctx)
         term = AdaptiveProximalTerm(ctx.state.get(MU_KEY, self.options.adaptive_mu_start),

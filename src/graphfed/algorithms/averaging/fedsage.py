@@ -4,12 +4,16 @@ NeurIPS 2021, without the missing-neighbour generator). The backbone keeps the c
 
 from __future__ import annotations
 
+from torch import nn
+
 from graphfed.algorithms.averaging.fedavg import FedAvgClient, FedAvgOptions, FedAvgServer
 from graphfed.algorithms.registry import Algorithm, register
-from graphfed.models.gnn import build_model
+from graphfed.models.gnn import ModelOptions, build_model
+from graphfed.protocol import AlgorithmOptions
 
 
-def sage_backbone(level, in_dim, num_classes, options, method_options=None):
+def sage_backbone(level: str, in_dim: int, num_classes: int, options: ModelOptions,
+                  method_options: AlgorithmOptions | None = None) -> nn.Module:
     return build_model(level, in_dim, num_classes, options.model_copy(update={"name": "sage"}))
 
 

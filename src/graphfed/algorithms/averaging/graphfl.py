@@ -26,9 +26,12 @@ from torch import Tensor
 
 from graphfed.algorithms.averaging.fedavg import FedAvgClient, FedAvgOptions, FedAvgServer
 from graphfed.algorithms.registry import Algorithm, register
-from graphfed.messages import TRAIN_LOSS
+from graphfed.messages import TRAIN_LOSS, Message
 from graphfed.protocol import ClientContext
 from graphfed.tensors import Params
+from graphfed.training import Trainer
+from graphfed.training.batches import PreparedNodeClient
+from graphfed.training.trainer import SplitMetrics
 
 
 class GraphFLOptions(FedAvgOptions):
@@ -55,12 +58,13 @@ def support_query(index: Tensor, support: int, query: int) -> tuple[Tensor, Tens
     return order[:support], order[support:support + query]
 
 
-def _loss(trainer, params: Params, data, nodes: Tensor) -> Tensor:
+def _loss(trainer: Trainer, params: Params, data: PreparedNodeClient, nodes: Tensor) -> Tensor:
     batch = data.batch_of(nodes)
     return F.cross_entropy(trainer.forward(params, batch), batch.targets)
 
 
-def meta_gradient(trainer, params: Params, data, support: Tensor, query: Tensor, inner_lr: float,
+def meta_gradient(trainer: Trainer, params: Params, data: PreparedNodeClient, support: Tensor,
+                  query: Tensor, inner_lr: float,
                   inner_steps: int = 1, first_order: bool = True) -> tuple[Params, float]:
     """∇_θ L_Q(θ') with θ' = θ after ``inner_steps`` gradient steps on L_S (first order: the
     gradient at θ'), and the query loss."""
@@ -82,15 +86,17 @@ def meta_gradient(trainer, params: Params, data, support: Tensor, query: Tensor,
 
 
 class GraphFLClient(FedAvgClient):
-    def fit(self, message, ctx: ClientContext):
+    options: GraphFLOptions
+    def fit(self, message: Message, ctx: ClientContext) -> Message:
         o = self.options
         live = {k: v.detach().clone().requires_grad_(True) for k, v in message.tensors.items()}
         optimizer = ctx.trainer.make_optimizer(list(live.values()))
         ctx.trainer.model.train()
         losses = []
         for _ in range(self.setup.local_epochs):
-            support, query = support_query(ctx.data.index["train"], o.support_size, o.query_size)
-            meta, loss = meta_gradient(ctx.trainer, live, ctx.data, support, query, o.inner_lr,
+            data = ctx.node_data()
+            support, query = support_query(data.index["train"], o.support_size, o.query_size)
+            meta, loss = meta_gradient(ctx.trainer, live, data, support, query, o.inner_lr,
                                        o.inner_steps, o.first_order)
             optimizer.zero_grad(set_to_none=True)
             for k, v in live.items():
@@ -98,9 +104,9 @@ class GraphFLClient(FedAvgClient):
             optimizer.step()
             losses.append(loss)
         params = {k: v.detach() for k, v in live.items()}
-        return self.reply(params, ctx, **{TRAIN_LOSS: sum(losses) / len(losses)})
+        return self.reply(params, ctx, None, **{TRAIN_LOSS: sum(losses) / len(losses)})
 
-    def evaluate(self, message, ctx):
+    def evaluate(self, message: Message, ctx: ClientContext) -> SplitMetrics:
         params = message.tensors
         if self.options.finetune_epochs:
             params, _ = ctx.trainer.train(params, ctx.data, self.options.finetune_epochs,

@@ -38,6 +38,8 @@ the step s.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field
 
 from graphfed.algorithms.averaging.fedavg import FedAvgClient, FedAvgOptions, FedAvgServer
@@ -45,10 +47,11 @@ from graphfed.algorithms.averaging.local_sgd import LocalOptimizer, local_optimi
 from graphfed.algorithms.registry import Algorithm, register
 from graphfed.mechanisms.aggregation import global_step
 from graphfed.mechanisms.qffl import qffl_weights_and_step, squared_distance
-from graphfed.messages import LOSS, Message, MessageError
+from graphfed.messages import LOSS, Message, ScalarSpec, TensorSpec
 from graphfed.protocol import ClientContext, Setup
 from graphfed.seeding import preserved_rngs
 from graphfed.tensors import Params
+from graphfed.training import TrainStats
 
 RECEIVED_LOSS = "qfedavg_loss"  # F_k: the received model's mean training loss at client k
 
@@ -70,39 +73,30 @@ class QFedAvgOptions(FedAvgOptions):
                            "sampled clients, as the reference code runs it")
 
 
-def lipschitz_constant(setup: Setup) -> float:
-    """L: the option, or 1 / the clients' learning rate."""
-    if setup.options.lipschitz is not None:
-        return setup.options.lipschitz
-    if not setup.local_lr:
-        raise ValueError("qfedavg needs qfedavg.lipschitz or the clients' learning rate")
-    return 1.0 / setup.local_lr
+def lipschitz_constant(options: QFedAvgOptions, lr: float) -> float:
+    """L: the option, or 1 / the clients' learning rate ``lr``."""
+    return options.lipschitz if options.lipschitz is not None else 1.0 / lr
 
 
 class QFedAvgServer(FedAvgServer):
     """FedAvg's server with q-FFL's loss-weighted mean and step."""
 
     state_keys = (*FedAvgServer.state_keys, "last")
+    options: QFedAvgOptions
 
-    def __init__(self, setup):
+    def __init__(self, setup: Setup) -> None:
         super().__init__(setup)
-        self.lipschitz = lipschitz_constant(setup)
+        self.lipschitz = lipschitz_constant(self.options, setup.optimizer.lr)
         self.last: dict[str, list[float] | float] = {}
 
-    def reply_spec(self, client):
+    def reply_spec(self, client: int) -> tuple[TensorSpec | None, ScalarSpec]:
         spec, scalars = super().reply_spec(client)
         return spec, {**scalars, RECEIVED_LOSS: LOSS}
 
-    def check_reply(self, client, message):
-        loss = message.scalars[RECEIVED_LOSS]
-        if isinstance(loss, bool) or loss < 0:
-            raise MessageError(f"client {client}: its loss {RECEIVED_LOSS}={loss!r} is not a "
-                               "non-negative number")
-
-    def aggregate_fit(self, rnd, replies):
+    def aggregate_fit(self, rnd: int, replies: dict[int, Message]) -> None:
         if not replies:
             return
-        options = self.setup.options
+        options = self.options
         models = [m.tensors for m in replies.values()]
         losses = [float(m.scalars[RECEIVED_LOSS]) for m in replies.values()]
         weights, step = qffl_weights_and_step(
@@ -112,7 +106,7 @@ class QFedAvgServer(FedAvgServer):
         self.last = {"qfedavg_losses": losses, "qfedavg_weights": weights,
                      "qfedavg_step": step}
 
-    def round_metrics(self):
+    def round_metrics(self) -> dict[str, Any]:
         return self.last
 
 
@@ -129,7 +123,8 @@ class QFedAvgClient(FedAvgClient):
     buffers training could move), so it is the loss before training, and the step stays a
     standard one the batched engine may train."""
 
-    def finish_step(self, message, ctx, params, stats) -> Message:
+    def finish_step(self, message: Message, ctx: ClientContext, params: Params,
+                    stats: TrainStats) -> Message:
         reply = super().finish_step(message, ctx, params, stats)
         reply.scalars[RECEIVED_LOSS] = received_loss(message.tensors, ctx)
         return reply

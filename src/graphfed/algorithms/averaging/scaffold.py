@@ -56,8 +56,8 @@ from graphfed.algorithms.registry import Algorithm, register
 from graphfed.mechanisms.aggregation import global_step
 from graphfed.mechanisms.control_variates import add, control_delta, correction
 from graphfed.mechanisms.updates import under_prefix, with_prefix
-from graphfed.messages import Message, fit_scalars, spec_of
-from graphfed.protocol import ClientContext
+from graphfed.messages import Message, ScalarSpec, TensorSpec, fit_scalars, spec_of
+from graphfed.protocol import ClientContext, Setup
 from graphfed.tensors import Params
 from graphfed.training import TrainStats
 from graphfed.training.step import LocalStep
@@ -96,40 +96,43 @@ class ScaffoldServer(FedAvgServer):
     """Holds x and c; averages the returned models and control deltas by the run's rule."""
 
     state_keys = (*FedAvgServer.state_keys, "control")
+    options: ScaffoldOptions
 
-    def __init__(self, setup):
+    def __init__(self, setup: Setup) -> None:
         super().__init__(setup)
         self.control: Params = {k: torch.zeros_like(v) for k, v in self.params.items()}
 
-    def configure_fit(self, rnd, clients):
+    def configure_fit(self, rnd: int, clients: list[int]) -> dict[int, Message]:
         message = Message({**self.params, **with_prefix(self.control, CONTROL)})
         return {c: message for c in clients}
 
-    def configure_evaluate(self, rnd, clients):
+    def configure_evaluate(self, rnd: int, clients: list[int]) -> dict[int, Message]:
         """x to evaluate; nothing with ``compat_gpfl_code``, where a client deploys its own."""
-        message = Message() if self.setup.options.compat_gpfl_code else Message(self.params)
+        message = Message() if self.options.compat_gpfl_code else Message(self.params)
         return {c: message for c in clients}
 
-    def reply_spec(self, client):
+    def reply_spec(self, client: int) -> tuple[TensorSpec | None, ScalarSpec]:
         return ({**spec_of(self.params), **spec_of(with_prefix(self.control, CONTROL))},
                 fit_scalars())
 
-    def aggregate_fit(self, rnd, replies):
+    def aggregate_fit(self, rnd: int, replies: dict[int, Message]) -> None:
         if not replies:
             return
         weights = self.weights(replies)
         models, deltas = zip(*(split(m.tensors) for m in replies.values()), strict=True)
         mean = self.average(list(models), weights, self.params)
-        self.params = global_step(self.params, mean, self.setup.options.global_lr)
+        self.params = global_step(self.params, mean, self.options.global_lr)
         mean_delta = self.average(list(deltas), weights, None)  # norm_clip: the deltas' norms
         self.control = add(self.control, mean_delta, len(replies) / self.setup.num_clients)
 
-    def global_params(self):
-        return None if self.setup.options.compat_gpfl_code else self.params
+    def global_params(self) -> Params | None:
+        return None if self.options.compat_gpfl_code else self.params
 
 
 class ScaffoldClient(FedAvgClient):
     """Keeps c_i (and, with ``compat_gpfl_code``, its own model) in its state."""
+
+    options: ScaffoldOptions
 
     def own_control(self, ctx: ClientContext, like: Params) -> Params:
         if CLIENT_CONTROL in ctx.state:
@@ -139,18 +142,19 @@ class ScaffoldClient(FedAvgClient):
     def own_model(self, ctx: ClientContext) -> Params:
         return ctx.state.get(OWN_MODEL, self.setup.initial_params)
 
-    def local_step(self, message, ctx):
+    def local_step(self, message: Message, ctx: ClientContext) -> LocalStep | None:
         """Local epochs from x with c - c_i added to every gradient (Alg. 1 line 10)."""
         if self.options.compat_gpfl_code:
             return None
         x, c = split(message.tensors)
         return LocalStep(x, gradient_offset=correction(c, self.own_control(ctx, c)))
 
-    def finish_step(self, message, ctx, params, stats):
+    def finish_step(self, message: Message, ctx: ClientContext, params: Params,
+                    stats: TrainStats) -> Message:
         x, c = split(message.tensors)
         return self.answer(ctx, x, c, params, stats, stats.steps)
 
-    def fit(self, message, ctx):
+    def fit(self, message: Message, ctx: ClientContext) -> Message:
         if not self.options.compat_gpfl_code:
             return self.fit_by_step(message, ctx)
         x, c = split(message.tensors)
@@ -172,7 +176,7 @@ class ScaffoldClient(FedAvgClient):
         ctx.state[CLIENT_CONTROL] = add(self.own_control(ctx, c), delta)
         return self.reply({**trained, **with_prefix(delta, CONTROL)}, ctx, stats)
 
-    def evaluated_params(self, message, ctx):
+    def evaluated_params(self, message: Message, ctx: ClientContext) -> Params | None:
         if self.options.compat_gpfl_code:
             return self.own_model(ctx)
         return super().evaluated_params(message, ctx)
@@ -185,5 +189,6 @@ SCAFFOLD = register(Algorithm(
     batched=True,
     optimizer=local_optimizer,
     sparse_features=True,
+    modes={"compat": ("scaffold.compat_gpfl_code=true", "optimizer.persistent=true")},
     description="FedAvg with control variates against client drift (option II); "
                 "compat_gpfl_code: the GPFL code's personalised variant"))

@@ -33,15 +33,19 @@ the node model's last layer (its classifier) personal, as GCFL keeps its graph r
 
 from __future__ import annotations
 
+from typing import Any, ClassVar, cast
+
 import torch
 from pydantic import Field
+from torch import Tensor
 
 from graphfed.algorithms.personalized.base import PersonalClient
-from graphfed.algorithms.registry import Algorithm, RunView, register
+from graphfed.algorithms.registry import AT_NODE_LEVEL, Algorithm, RunView, register
 from graphfed.mechanisms.clustering import min_cut
 from graphfed.mechanisms.updates import LayerScope, add_flat, delta, shared_names
-from graphfed.messages import NUM_SAMPLES, Message, ScalarRange, fit_scalars
-from graphfed.protocol import AlgorithmOptions, Server, Setup
+from graphfed.messages import NUM_SAMPLES, Message, ScalarRange, ScalarSpec, TensorSpec, fit_scalars
+from graphfed.protocol import AlgorithmOptions, ClientContext, Server, Setup
+from graphfed.tensors import Params
 
 FITS = "fit"  # reply scalar: the client's fits so far, which tags the mean it is sent back
 
@@ -58,7 +62,7 @@ class GCFLOptions(AlgorithmOptions):
 
 def check_scope(run: RunView) -> None:
     """``convs_but_last`` needs a message-passing layer before the last one."""
-    options = run.algorithm_options()
+    options = cast(GCFLOptions, run.algorithm_options())
     if options.shared_params == "convs_but_last" and (
             run.model.layers < 2 or (run.level == "node" and run.model.name == "sgc")):
         raise ValueError("shared_params=convs_but_last needs a model with two or more "
@@ -66,24 +70,25 @@ def check_scope(run: RunView) -> None:
 
 
 class GCFLServer(Server):
-    state_keys = ("clusters", "updates", "tags", "splits")
+    options: GCFLOptions
+    state_keys: ClassVar[tuple[str, ...]] = ("clusters", "updates", "tags", "splits")
 
     def __init__(self, setup: Setup):
         super().__init__(setup)
-        self.names = shared_names(setup.initial_params, setup.options.shared_params)
+        self.names = shared_names(setup.initial_params, self.options.shared_params)
         self.dim = sum(setup.initial_params[k].numel() for k in self.names)
         self.clusters: list[list[int]] = [list(range(setup.num_clients))]
         self.updates: dict[int, torch.Tensor] = {}  # each client's pending cluster mean
         self.tags: dict[int, int] = {}  # the client's fit count that mean belongs to
         self.splits: list[int] = []  # rounds in which a cluster was split
 
-    def configure_fit(self, rnd, clients):
+    def configure_fit(self, rnd: int, clients: list[int]) -> dict[int, Message]:
         return {c: Message({"cluster_update": self.updates.get(c, torch.zeros(self.dim))},
                            {"for_fit": self.tags.get(c, 0)}) for c in clients}
 
     configure_evaluate = configure_fit
 
-    def reply_spec(self, client):
+    def reply_spec(self, client: int) -> tuple[TensorSpec | None, ScalarSpec]:
         return {"update": ((self.dim,), torch.float32)}, fit_scalars(
             {FITS: ScalarRange(1, integer=True)})
 
@@ -97,11 +102,11 @@ class GCFLServer(Server):
     def ready_to_split(self, rnd: int, members: list[int]) -> bool:
         return True
 
-    def aggregate_fit(self, rnd, replies):
+    def aggregate_fit(self, rnd: int, replies: dict[int, Message]) -> None:
         updates = {c: m.tensors["update"] for c, m in replies.items()}
         sizes = {c: float(m.scalars[NUM_SAMPLES]) for c, m in replies.items()}
         self.record(updates)
-        o = self.setup.options
+        o = self.options
         clusters = []
         for cluster in self.clusters:
             members = [c for c in cluster if c in updates]
@@ -121,14 +126,14 @@ class GCFLServer(Server):
             if not members:
                 continue
             total = sum(sizes[c] for c in members)
-            mean = sum(updates[c].double() * sizes[c] for c in members) / total
+            mean = cast(Tensor, sum(updates[c].double() * sizes[c] for c in members)) / total
             self.updates.update({c: mean.float() for c in members})
             self.tags.update({c: int(replies[c].scalars[FITS]) for c in members})
 
     def record(self, updates: dict[int, torch.Tensor]) -> None:
         """Per-round bookkeeping before clustering (GCFL+: the update-norm sequences)."""
 
-    def round_metrics(self):
+    def round_metrics(self) -> dict[str, Any]:
         # copies: a round's record must not grow with later splits
         return {"clusters": [list(c) for c in self.clusters], "splits": list(self.splits)}
 
@@ -136,17 +141,19 @@ class GCFLServer(Server):
 class GCFLClient(PersonalClient):
     """Keeps its whole model; its shared parameters move only by its cluster's mean update."""
 
+    options: GCFLOptions
+
     def __init__(self, setup: Setup):
         super().__init__(setup)
         self.names = shared_names(setup.initial_params, self.options.shared_params)
 
-    def receive(self, params, message, ctx):
+    def receive(self, params: Params, message: Message, ctx: ClientContext) -> Params:
         if int(message.scalars.get("for_fit", 0)) != ctx.state.get("fits", 0):
             return params  # a mean for an earlier fit, which this client has moved past
         return add_flat(params, message.tensors["cluster_update"].to(params[self.names[0]].dtype),
                         self.names)
 
-    def fit(self, message, ctx):
+    def fit(self, message: Message, ctx: ClientContext) -> Message:
         start = self.current(message, ctx)
         trained, stats = self.local_train(start, ctx)
         update = delta(trained, start, self.names)
@@ -163,4 +170,5 @@ GCFL = register(Algorithm(
     levels=("graph", "node"),
     check=check_scope,
     sparse_features=True,
+    modes={"all": ("gcfl.shared_params=all",), "node": AT_NODE_LEVEL},
     description="clustered FL sharing the message-passing layers (cosine min-cut)"))

@@ -13,6 +13,7 @@ training.py:637, a condition of every split, not only the first) and every param
 from __future__ import annotations
 
 import numpy as np
+import torch
 from pydantic import Field
 
 from graphfed.algorithms.clustered.gcfl import (
@@ -21,8 +22,9 @@ from graphfed.algorithms.clustered.gcfl import (
     GCFLServer,
     check_scope,
 )
-from graphfed.algorithms.registry import Algorithm, register
+from graphfed.algorithms.registry import AT_NODE_LEVEL, Algorithm, register
 from graphfed.mechanisms.clustering import dtw_distance, min_cut
+from graphfed.protocol import Setup
 
 # eps1 / eps2 of the GPFL code per dataset (data_utils.py:62-70)
 GPFL_CODE_EPS: dict[str, tuple[float, float]] = {
@@ -46,22 +48,24 @@ class GCFLPlusOptions(GCFLOptions):
 
 
 class GCFLPlusServer(GCFLServer):
+    options: GCFLPlusOptions
     state_keys = (*GCFLServer.state_keys, "sequences")
 
-    def __init__(self, setup):
+    def __init__(self, setup: Setup) -> None:
         super().__init__(setup)
         self.sequences: dict[int, list[float]] = {c: [] for c in range(setup.num_clients)}
 
-    def record(self, updates):
+    def record(self, updates: dict[int, torch.Tensor]) -> None:
         for c, u in updates.items():
             self.sequences[c].append(float(u.double().norm()))
 
-    def ready_to_split(self, rnd, members):
-        return all(len(s) >= self.setup.options.seq_length for s in self.sequences.values())
+    def ready_to_split(self, rnd: int, members: list[int]) -> bool:
+        return all(len(s) >= self.options.seq_length for s in self.sequences.values())
 
-    def split_cluster(self, rnd, members, updates):
+    def split_cluster(self, rnd: int, members: list[int],
+                      updates: dict[int, torch.Tensor]) -> tuple[list[int], list[int]]:
         """GCFL+: cut max(D) - D for the DTW distances D of the update-norm sequences."""
-        o = self.setup.options
+        o = self.options
         seqs = [np.array(self.sequences[c][-o.seq_length:]) for c in members]
         if o.standardize:
             seqs = [s / max(s.std(), 1e-12) for s in seqs]
@@ -77,4 +81,5 @@ GCFL_PLUS = register(Algorithm(
     levels=("graph", "node"),
     check=check_scope,
     sparse_features=True,
+    modes={"node": AT_NODE_LEVEL},
     description="GCFL with DTW on update-norm sequences"))

@@ -15,8 +15,8 @@ recommends. ``client.py`` privatises, ``server.py`` estimates and aggregates; th
 from __future__ import annotations
 
 from graphfed.algorithms.fairgfl.client import FairGFLClient
-from graphfed.algorithms.fairgfl.options import FairGFLOptions, require_node_level
-from graphfed.algorithms.fairgfl.server import FairGFLServer
+from graphfed.algorithms.fairgfl.options import FairGFLOptions
+from graphfed.algorithms.fairgfl.server import FairGFLServer, server_inputs
 from graphfed.algorithms.registry import Algorithm, register
 
 FAIRGFL = register(Algorithm(
@@ -24,6 +24,8 @@ FAIRGFL = register(Algorithm(
     family="averaging",
     paper="Zhou et al., FairGFL, IEEE TPDS (arXiv 2512.23235)",
     levels=("node",),
-    check=require_node_level,
+    server_inputs=server_inputs,
+    # the server's public node pool, which only its partition holds out; a short encoder
+    small_run=("partition=fairgfl_overlap", "fairgfl.encoder_epochs=5"),
     description="overlap-aware fair aggregation from LDP-sanitised mini-batches, plus a "
                 "max-loss step"))

@@ -25,6 +25,7 @@ from graphfed.mechanisms import privacy
 from graphfed.messages import Message, check_message
 from graphfed.protocol import ClientContext
 from graphfed.tensors import move_tensors
+from graphfed.training.step import LocalStep
 
 ENCODER_STATE = "fairgfl_encoder"  # the encoder the server sent, kept in the client's state
 CACHE_STATE = "fairgfl_responses"  # the permanent randomised responses
@@ -33,18 +34,18 @@ CACHE_STATE = "fairgfl_responses"  # the permanent randomised responses
 class FairGFLClient(FedAvgClient):
     options: FairGFLOptions
 
-    def answer_setup(self, message, ctx):
+    def answer_setup(self, message: Message, ctx: ClientContext) -> Message:
         """Keep the public encoder, checked against the shapes this run's options give it;
         nothing goes back (the server knows n_i from the partition, ``Setup.client_sizes``)."""
-        check_message(message, encoder_spec(ctx.data.graph.x.shape[1], self.options),
+        check_message(message, encoder_spec(ctx.node_data().graph.x.shape[1], self.options),
                       sender="the server's encoder")
         ctx.state[ENCODER_STATE] = dict(message.tensors)
         return Message()
 
-    def local_step(self, message, ctx):
+    def local_step(self, message: Message, ctx: ClientContext) -> LocalStep | None:
         return None  # the reply carries more than a trained model: no batched step
 
-    def fit(self, message, ctx: ClientContext):
+    def fit(self, message: Message, ctx: ClientContext) -> Message:
         params = {k: message.tensors[k] for k in self.setup.initial_params}
         loss = received_loss(params, ctx)
         trained, stats = self.local_train(params, ctx)
@@ -61,7 +62,7 @@ class FairGFLClient(FedAvgClient):
         the randomised-response links among them (both through the permanent cache),
         sparsified by the distances of the privatised encodings, the b_i x b_i bits packed."""
         o = self.options
-        graph = ctx.data.graph
+        graph = ctx.node_data().graph
         nodes = torch.randperm(graph.num_nodes)[:min(o.batch_nodes, graph.num_nodes)]
         generator = torch.Generator().manual_seed(int(torch.randint(2**62, ())))
         # the cache lives on the CPU beside the drawn node ids; a resumed run's client state
@@ -86,7 +87,7 @@ class FairGFLClient(FedAvgClient):
     def _encodings(self, ctx: ClientContext) -> Tensor:
         """Enc(x) of every node of the client, computed once per process (``ctx.cache``)."""
         if "fairgfl_codes" not in ctx.cache:
-            x = ctx.data.graph.x.float()
+            x = ctx.node_data().graph.x.float()
             encoder = encoder_from(ctx.state[ENCODER_STATE], x.shape[1], self.options)
             with torch.no_grad():
                 ctx.cache["fairgfl_codes"] = encoder.encode(x)

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from graphfed.algorithms.registry import RunView
-from graphfed.errors import GraphfedError
+from graphfed.algorithms.averaging.fedavg import FedAvgOptions
 from graphfed.mechanisms.overlap import Accumulation, FairWeighting, LinkScaling
 from graphfed.mechanisms.privacy import FeatureMechanism
-from graphfed.protocol import AlgorithmOptions
 
 # message names both sides use
 ENCODER = "encoder."  # the public encoder's parameters (setup message), one tensor each
@@ -19,7 +17,7 @@ ENCODINGS, LINKS = "encodings", "links"  # the privatised mini-batch: b x d_enc,
 EPS_NODE, EPS_LINK = "eps_node", "eps_link"  # the LDP budget the client has spent so far
 
 
-class FairGFLOptions(AlgorithmOptions):
+class FairGFLOptions(FedAvgOptions):
     # the public encoder (§2, App. F-B)
     code_dim: int = Field(100, ge=1, description="d_enc, the encoded width (Table IV: Cora 100, "
                           "CiteSeer 300, Reddit 80, ogbn-arxiv 64)")
@@ -76,18 +74,12 @@ class FairGFLOptions(AlgorithmOptions):
     weight_rule: FairWeighting = Field(
         "inv_one_plus_sum", description="RECONSTRUCTED Eq. 25: p_i proportional to "
         "1/(1+(N-1)o_i) (Theorem D.1), 1/(1+o_i), or 1-o_i")
-    size_aware: bool = Field(False, description="multiply the weights by the clients' sizes "
-                             "(footnote 2: FairGFL's weights are size-independent)")
+    weighted: bool = Field(False, description="multiply the weights by the clients' sizes, "
+                           "as FedAvg's weighted does (off: footnote 2, FairGFL's weights are "
+                           "size-independent)")
     lambda_maxloss: float = Field(0.1, ge=0.0, description="lambda of Eq. 27's max-loss term, "
                                   "one pseudo-gradient step towards the worst client's model "
                                   "(UNKNOWN-DEFAULT; 0 removes term II)")
     oracle_overlaps: bool = Field(False, description="weigh by the partition's true overlap "
                                   "ratios instead of the estimates (an upper bound; simulation "
                                   "only)")
-
-
-def require_node_level(run: RunView) -> None:
-    """FairGFL is node classification on overlapping subgraphs."""
-    if run.level != "node":
-        raise GraphfedError("fairgfl is a node-level method; use a node-level dataset with "
-                            "partition=fairgfl_overlap")

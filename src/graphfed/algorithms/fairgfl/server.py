@@ -14,6 +14,8 @@ towards, and it must be a finite non-negative number.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -28,39 +30,65 @@ from graphfed.algorithms.fairgfl.options import (
     LOSS,
     FairGFLOptions,
 )
+from graphfed.data.federated import ClientData, FederatedData
 from graphfed.errors import GraphfedError
 from graphfed.mechanisms import overlap, privacy
 from graphfed.messages import LOSS as LOSS_RANGE
-from graphfed.messages import NUM_SAMPLES, Message, ScalarRange, fit_scalars, spec_of
+from graphfed.messages import (
+    NUM_SAMPLES,
+    Message,
+    ScalarRange,
+    ScalarSpec,
+    TensorSpec,
+    fit_scalars,
+    spec_of,
+)
 from graphfed.metrics import spearman
 from graphfed.protocol import Setup
+from graphfed.training import PreparedClient
+from graphfed.training.batches import PreparedNodeClient
 
 BUDGET = ScalarRange(0.0)  # a privacy budget spent: finite, non-negative
 
 
+def server_inputs(data: FederatedData, on_server: Callable[[ClientData], PreparedClient]
+                  ) -> dict[str, Any]:
+    """What FairGFL's server takes from the partition beyond its Setup: the public node pool
+    (prepared on the server's device) and the true overlap ratios, either None where the
+    partition has none."""
+    public = None if data.public is None else on_server(data.public)
+    return {"public": public, "overlap_truth": data.overlap}
+
+
 class FairGFLServer(FedAvgServer):
     state_keys = (*FedAvgServer.state_keys, "estimates", "tau", "recall")
+    options: FairGFLOptions
 
-    def __init__(self, setup: Setup):
+    def __init__(self, setup: Setup, public: PreparedClient | None = None,
+                 overlap_truth: dict[str, Tensor] | None = None) -> None:
+        """``public``: the partition's public node pool, the server's own data (on
+        ``SERVER_DEVICE``), never a client's; ``overlap_truth``: the partition's true overlap
+        ratios (``"node"``/``"link"``, N×N), which only an operator simulating the federation
+        knows, for the oracle ablation and to score the estimates (``server_inputs``)."""
         super().__init__(setup)
-        if setup.public is None:
+        if not isinstance(public, PreparedNodeClient):
             raise GraphfedError("fairgfl trains its encoder on a public node pool the server "
                                 "holds; use partition=fairgfl_overlap with a positive "
                                 "partition.public_fraction")
-        self.options: FairGFLOptions = setup.options
+        self.public, self.overlap_truth = public, overlap_truth
         self.estimates = overlap.empty_overlap_state(setup.num_clients)
         self.tau = float(self.options.tau or 0.0)
         self.recall = 1.0  # of tau's matches, measured when fairgfl.correct_recall is on
         self.last: dict = {}
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         # a checkpoint from before fairgfl.correct_recall matched without a recall correction
         super().load_state_dict({"recall": 1.0, **state})
 
     # ------------------------------------------------------------ setup: the public encoder
-    def configure_setup(self, clients):
+    def configure_setup(self, clients: list[int]) -> dict[int, Message]:
         o = self.options
-        x = self.setup.public.graph.x.float()
+        x = self.public.graph.x.float()
         model = train_encoder(x, o)
         if o.tau is None or o.correct_recall:
             generator = torch.Generator().manual_seed(int(torch.randint(2**62, ())))
@@ -87,14 +115,14 @@ class FairGFLServer(FedAvgServer):
         """b_i = min(b, n_i), n_i from the partition (§7.5 F4)."""
         return min(self.options.batch_nodes, self.setup.client_sizes[client].nodes)
 
-    def reply_spec(self, client):
+    def reply_spec(self, client: int) -> tuple[TensorSpec | None, ScalarSpec]:
         b = self.batch_size(client)
         spec = spec_of(self.params)
         spec[ENCODINGS] = ((b, self.options.code_dim), torch.float32)
         spec[LINKS] = ((math.ceil(b * b / 8),), torch.uint8)
         return spec, fit_scalars({LOSS: LOSS_RANGE, EPS_NODE: BUDGET, EPS_LINK: BUDGET})
 
-    def aggregate_fit(self, rnd, replies):
+    def aggregate_fit(self, rnd: int, replies: dict[int, Message]) -> None:
         if not replies:
             return
         o = self.options
@@ -111,7 +139,7 @@ class FairGFLServer(FedAvgServer):
                      "eps_link": max(float(replies[c].scalars[EPS_LINK]) for c in ids),
                      "upload_bytes": _largest_upload(replies.values(), set(self.params))}
 
-    def _estimate(self, ids: list[int], replies) -> None:
+    def _estimate(self, ids: list[int], replies: dict[int, Message]) -> None:
         """Step 3: every ordered pair of this round's clients, folded into the accumulated
         estimates."""
         o = self.options
@@ -130,14 +158,14 @@ class FairGFLServer(FedAvgServer):
 
     def true_overall(self) -> Tensor | None:
         """o_i from the partition's true ratios (known only to a simulation)."""
-        truth = self.setup.overlap_truth
+        truth = self.overlap_truth
         if truth is None:
             return None
         return overlap.overall_overlap(truth["node"], truth["link"], self.options.gamma)
 
-    def _weights(self, ids: list[int], replies) -> list[float]:
+    def _weights(self, ids: list[int], replies: dict[int, Message]) -> list[float]:
         o = self.options
-        sizes = [float(replies[c].scalars[NUM_SAMPLES]) for c in ids] if o.size_aware else None
+        sizes = [float(replies[c].scalars[NUM_SAMPLES]) for c in ids] if o.weighted else None
         if not o.fair_aggregation:
             return sizes or [1.0] * len(ids)
         overall = self.true_overall() if o.oracle_overlaps else self.estimated()
@@ -147,17 +175,17 @@ class FairGFLServer(FedAvgServer):
         return overlap.fair_weights(overall[ids], self.setup.num_clients, o.weight_rule,
                                     sizes).tolist()
 
-    def round_metrics(self):
+    def round_metrics(self) -> dict[str, Any]:
         if not self.last:
             return {}
         estimated = self.estimated()
         out = {**self.last, "tau": self.tau, "match_recall": self.recall,
                "overlap_estimated": _rounded(estimated)}
         true = self.true_overall()
-        if true is not None:
+        if true is not None and self.overlap_truth is not None:
             out["overlap_true"] = _rounded(true)
             out.update(estimation_quality(estimated, true, self.estimates["node"],
-                                          self.setup.overlap_truth["node"]))
+                                          self.overlap_truth["node"]))
         return out
 
 
@@ -180,10 +208,10 @@ def estimation_quality(estimated: Tensor, true: Tensor, node_estimates: Tensor,
     return out
 
 
-def _largest_upload(replies, model: set[str]) -> dict[str, int]:
+def _largest_upload(replies: Iterable[Message], model: set[str]) -> dict[str, int]:
     """Bytes of the largest reply's parts (Table IV: a client with b_i = b): the model, the
     privatised encodings and the packed links."""
-    def size(message, names) -> int:
+    def size(message: Message, names: set[str]) -> int:
         return sum(t.numel() * t.element_size() for k, t in message.tensors.items() if k in names)
 
     return {"model": max(size(m, model) for m in replies),

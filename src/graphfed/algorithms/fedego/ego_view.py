@@ -3,18 +3,20 @@ mashed (Mixup) ego-graphs, and the server trains on the union of the uploads."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 from torch.func import functional_call
 
 from graphfed.algorithms.fedego.options import FedEgoOptions, split_params
 from graphfed.data.sampling import NeighbourSampler
-from graphfed.models.ego import mash, tree_size
+from graphfed.models.ego import FedEgoNet, mash, tree_size
 from graphfed.tensors import Params
-from graphfed.training.batches import PreparedNodeClient
+from graphfed.training import PreparedClient
+from graphfed.training.batches import ModelCall, PreparedNodeClient
 
 
 class TreeBatch:
@@ -26,7 +28,7 @@ class TreeBatch:
                  rows: Tensor | None = None):
         self.x, self.targets, self.positions, self.rows = x, targets, positions, rows
 
-    def forward(self, model, call) -> Tensor:
+    def forward(self, model: nn.Module, call: ModelCall) -> Tensor:
         kwargs = {} if self.positions is None else {"positions": self.positions}
         return call(model, (self.x, None, None), kwargs)
 
@@ -62,12 +64,14 @@ class EgoView:
         """Aligned ego-trees of FedEgo's shape around ``centres``, (len(centres), size)."""
         return self.sampler.sample(centres, self.options.hops, self.options.fanout)
 
-    def batches(self, split: str, batch_size: int | None, shuffle: bool):
+    def batches(self, split: str, batch_size: int | None, shuffle: bool
+                ) -> Iterator[TreeBatch]:
         index = self.data.epoch_nodes(split, batch_size, shuffle)
         for chunk in index.split(batch_size or max(len(index), 1)):
             yield self.trees(chunk, self.data.y[chunk])
 
-    def outputs(self, model, call, splits) -> dict[str, tuple[Tensor, Tensor]]:
+    def outputs(self, model: nn.Module, call: ModelCall, splits: Iterable[str]
+                ) -> dict[str, tuple[Tensor, Tensor]]:
         if self.options.eval_sampling == "full":
             return self.data.outputs(model, call, splits)
         out = {}
@@ -88,7 +92,7 @@ def ego_view(data: PreparedNodeClient, options: FedEgoOptions, cache: dict[str, 
     return cache[key]
 
 
-def _tree_values(model, theta: Params, x: Tensor, positions: Tensor, labels: Tensor,
+def _tree_values(model: FedEgoNet, theta: Params, x: Tensor, positions: Tensor, labels: Tensor,
                  num_classes: int, options: FedEgoOptions,
                  reduced: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Aligned trees ``positions`` (b, size) over node rows ``x`` (labels ``labels``): their
@@ -117,8 +121,8 @@ def _stacked(uploads: list[tuple[Tensor, Tensor]], options: FedEgoOptions
 
 
 @torch.no_grad()
-def mashed_ego_graphs(view: EgoView, model, theta: Params, num_classes: int, batch_size: int,
-                      options: FedEgoOptions) -> tuple[Tensor, Tensor]:
+def mashed_ego_graphs(view: EgoView, model: FedEgoNet, theta: Params, num_classes: int,
+                      batch_size: int, options: FedEgoOptions) -> tuple[Tensor, Tensor]:
     """The upload as FedEgo's code builds it: one mashed ego-graph per batch of all training
     centres, (M, size, h) embeddings and (M, size, C) soft labels, from the post-training Θ_i
     in eval mode."""
@@ -135,12 +139,15 @@ class TrainingBatchMasher:
     """The upload as the paper's Algorithm 1 (lines 5-12) builds it: a trainer hook that mashes
     every training batch of every epoch, with the Θ_i that batch is trained under."""
 
-    def __init__(self, view: EgoView, model, num_classes: int, options: FedEgoOptions):
+    def __init__(self, view: EgoView, model: FedEgoNet, num_classes: int,
+                 options: FedEgoOptions) -> None:
         self.view, self.model, self.num_classes, self.options = view, model, num_classes, options
         self.uploads: list[tuple[Tensor, Tensor]] = []
 
     @torch.no_grad()
-    def __call__(self, live: Params, batch: TreeBatch) -> None:
+    def __call__(self, live: Params, batch: object) -> None:
+        """The trainer's ``on_batch`` hook, called with each batch of an ``EgoView``."""
+        assert isinstance(batch, TreeBatch) and batch.positions is not None  # a client's trees
         theta = split_params(live)[0]
         labels = self.view.data.y[batch.rows]
         self.uploads.append(_mashed(*_tree_values(self.model, theta, batch.x, batch.positions,
@@ -149,6 +156,12 @@ class TrainingBatchMasher:
 
     def result(self) -> tuple[Tensor, Tensor]:
         return _stacked(self.uploads, self.options)
+
+
+def as_prepared(data: EgoView | MashedData) -> PreparedClient:
+    """``data`` where the trainer takes a prepared client: an ego view and the mashed set read
+    as one (sizes, labels, batches, outputs) without being one."""
+    return cast("PreparedClient", data)
 
 
 def label_distribution(y: Tensor, num_classes: int) -> Tensor:
@@ -163,7 +176,8 @@ class MashedData:
         self.x, self.y, self.options = x, y, options
         self.size = x.shape[1]
 
-    def batches(self, split: str, batch_size: int | None, shuffle: bool):
+    def batches(self, split: str, batch_size: int | None, shuffle: bool
+                ) -> Iterator[TreeBatch]:
         count = len(self.x)
         keep = max(1, int(count * self.options.server_fraction))
         chosen = torch.randperm(count, device=self.x.device)[:keep]
@@ -175,7 +189,8 @@ class MashedData:
             yield TreeBatch(trees, self.y[chunk, 0])
 
 
-def resampled_positions(num_trees: int, options: FedEgoOptions, device=None) -> Tensor:
+def resampled_positions(num_trees: int, options: FedEgoOptions,
+                        device: torch.device | None = None) -> Tensor:
     """FedEgo's code re-samples a mashed tree on the server (``fanout`` children drawn with
     replacement among the ``fanout`` children, level by level): position j of the new tree
     reads position ``orig[j]`` of the uploaded one."""

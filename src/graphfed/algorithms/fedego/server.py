@@ -3,10 +3,12 @@ publish the global label distribution P_g."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
-from graphfed.algorithms.fedego.ego_view import MashedData
+from graphfed.algorithms.fedego.ego_view import MashedData, as_prepared
 from graphfed.algorithms.fedego.options import (
     PERSONAL,
     REDUCTION,
@@ -14,7 +16,7 @@ from graphfed.algorithms.fedego.options import (
     split_params,
 )
 from graphfed.mechanisms.updates import with_prefix
-from graphfed.messages import Message, MessageError, fit_scalars
+from graphfed.messages import Message, MessageError, Scalar, ScalarSpec, TensorSpec, fit_scalars
 from graphfed.models.ego import PersonalLayers, PersonalMLP, tree_size
 from graphfed.protocol import Server, Setup
 from graphfed.training import Trainer
@@ -25,10 +27,10 @@ class FedEgoServer(Server):
     """Averages Θ, trains Φ_g on the round's mashed ego-graphs, publishes P_g."""
 
     state_keys = ("theta", "phi", "distribution", "memory")
+    options: FedEgoOptions
 
     def __init__(self, setup: Setup):
         super().__init__(setup)
-        self.options: FedEgoOptions = setup.options
         theta, phi = split_params(setup.initial_params)
         self.theta = {k: v.clone() for k, v in theta.items()}
         self.phi = {k: v.clone() for k, v in phi.items()}
@@ -50,32 +52,32 @@ class FedEgoServer(Server):
 
     def _message(self) -> Message:
         tensors = with_prefix(self.theta, REDUCTION)
-        scalars = {}
+        scalars: dict[str, Scalar] = {}
         if self.distribution is not None:
             tensors.update(with_prefix(self.phi, PERSONAL))
             tensors["label_distribution"] = self.distribution
             scalars["mix"] = 1
         return Message(tensors, scalars)
 
-    def configure_fit(self, rnd, clients):
+    def configure_fit(self, rnd: int, clients: list[int]) -> dict[int, Message]:
         message = self._message()
         return {c: message for c in clients}
 
     configure_evaluate = configure_fit
 
-    def reply_spec(self, client):
+    def reply_spec(self, client: int) -> tuple[TensorSpec | None, ScalarSpec]:
         hidden = self.phi["classifier.weight"].shape[1]
         spec = {REDUCTION + k: (tuple(v.shape), v.dtype) for k, v in self.theta.items()}
         spec["mashed_x"] = ((-1, self.size, hidden), torch.float32)
         spec["mashed_y"] = ((-1, self.size, self.setup.num_classes), torch.float32)
         return spec, fit_scalars()
 
-    def check_reply(self, client, message):
+    def check_reply(self, client: int, message: Message) -> None:
         sums = message.tensors["mashed_y"].sum(-1)
         if not torch.allclose(sums, torch.ones_like(sums), atol=1e-4):
             raise MessageError(f"client {client}: mashed soft labels do not sum to 1")
 
-    def aggregate_fit(self, rnd, replies):
+    def aggregate_fit(self, rnd: int, replies: dict[int, Message]) -> None:
         if not replies:
             return
         theta = [split_params(m.tensors)[0] for m in replies.values()]
@@ -85,7 +87,8 @@ class FedEgoServer(Server):
         self.distribution = y.reshape(-1, y.shape[-1]).mean(0)
         loss = None
         if self.options.server_epochs:
-            self.phi, stats = self.trainer.train(self.phi, MashedData(x, y, self.options),
+            mashed = as_prepared(MashedData(x, y, self.options))
+            self.phi, stats = self.trainer.train(self.phi, mashed,
                                                  self.options.server_epochs,
                                                  self.setup.batch_size or 32, memory=self.memory)
             loss = stats.loss
@@ -93,5 +96,5 @@ class FedEgoServer(Server):
                   for m in replies.values())
         self.last = {"mashed_graphs": len(x), "upload_ego_bytes": ego, "server_loss": loss}
 
-    def round_metrics(self):
+    def round_metrics(self) -> dict[str, Any]:
         return dict(self.last)

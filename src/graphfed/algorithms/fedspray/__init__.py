@@ -34,5 +34,6 @@ FEDSPRAY = register(Algorithm(
     optimizer=fedspray_optimizer,
     check=require_full_batch_nodes,
     sparse_features=True,
+    modes={"code": ("fedspray.profile=code",)},
     description="personalised GNNs distilled from a global encoder with class-wise structure "
                 "proxies aligned by class ratio"))

@@ -49,10 +49,10 @@ def _adam(params: list[Tensor], lr: float, state: dict, key: str) -> torch.optim
 class FedSprayClient(PersonalClient):
     options: FedSprayOptions
 
-    def receive(self, params, message, ctx):
+    def receive(self, params: Params, message: Message, ctx: ClientContext) -> Params:
         return params  # the server's encoder teaches the GNN in fit; it never replaces it
 
-    def answer_setup(self, message, ctx):
+    def answer_setup(self, message: Message, ctx: ClientContext) -> Message:
         """Send the class ratios of the labelled nodes (the server's proxy weights) and d_x;
         with ``gnn_init=uniform01`` draw this client's own GNN, every parameter U(0, 1)."""
         if self.options.gnn_init == "uniform01":
@@ -60,7 +60,7 @@ class FedSprayClient(PersonalClient):
                                    for k, v in self.setup.initial_params.items()}
         ratios = proxies.class_ratios(ctx.data.labels("train"), self.setup.num_classes)
         return Message({CLASS_RATIOS: ratios.float().cpu()},
-                       {NUM_FEATURES: int(ctx.data.graph.x.shape[1])})
+                       {NUM_FEATURES: int(ctx.node_data().graph.x.shape[1])})
 
     def fit(self, message: Message, ctx: ClientContext) -> Message:
         o = self.options
@@ -75,7 +75,7 @@ class FedSprayClient(PersonalClient):
         ctx.state["params"] = gnn
         with torch.no_grad():
             ctx.trainer.model.eval()
-            y_hat = F.softmax(self._gnn_logits(ctx, gnn), dim=1)[ctx.data.index["train"]]
+            y_hat = F.softmax(self._gnn_logits(ctx, gnn), dim=1)[ctx.node_data().index["train"]]
         trained, node_proxies = self.train_encoder(message, ctx, omega, x_train, y_hat)
         up = dict(trained)
         if not o.zero_proxies:
@@ -92,7 +92,7 @@ class FedSprayClient(PersonalClient):
             return torch.zeros(len(q), self.options.proxy_dim, device=q.device)
         class_proxies = message.tensors[PROXIES]
         s = proxies.soft_proxies(q, class_proxies)
-        train = ctx.data.index["train"]
+        train = ctx.node_data().index["train"]
         s[train] = self.labelled_proxies(ctx, class_proxies)
         return s
 
@@ -102,7 +102,7 @@ class FedSprayClient(PersonalClient):
         if self.options.kd_nodes == "all":
             return torch.arange(len(q), device=q.device)
         confident = q.max(dim=1).values > self.options.conf_threshold
-        confident[ctx.data.index["train"]] = True
+        confident[ctx.node_data().index["train"]] = True
         return torch.nonzero(confident).view(-1)
 
     def train_gnn(self, ctx: ClientContext, p: Tensor, kd: Tensor) -> tuple[Params, TrainStats]:
@@ -112,7 +112,7 @@ class FedSprayClient(PersonalClient):
         optimizer = ctx.trainer.make_optimizer(list(live.values()))
         if GNN_OPTIMIZER in ctx.state:
             optimizer.load_state_dict(ctx.state[GNN_OPTIMIZER])
-        train, y = ctx.data.index["train"], ctx.data.y
+        train, y = ctx.node_data().index["train"], ctx.node_data().y
         ctx.trainer.model.train()
         total = 0.0
         for _ in range(self.setup.local_epochs):
@@ -143,8 +143,8 @@ class FedSprayClient(PersonalClient):
             start[f"{encoder.PROJECTOR}.bias"] = omega[f"{encoder.CLASSIFIER}.bias"]
         live = {k: v.detach().clone().requires_grad_(True) for k, v in start.items()}
         optimizers = [_adam(list(live.values()), o.encoder_lr, ctx.state, ENCODER_OPTIMIZER)]
-        train = ctx.data.index["train"]
-        y_l = ctx.data.y[train]
+        train = ctx.node_data().index["train"]
+        y_l = ctx.node_data().y[train]
         if o.zero_proxies:
             node_proxies = torch.zeros(len(train), o.proxy_dim, device=y_l.device)
         else:
@@ -184,17 +184,17 @@ class FedSprayClient(PersonalClient):
         return ctx.state[NODE_PROXIES]
 
     def _gnn_logits(self, ctx: ClientContext, params: Params) -> Tensor:
-        everyone = torch.arange(len(ctx.data.y), device=ctx.data.y.device)
-        return ctx.trainer.forward(params, ctx.data.batch_of(everyone))
+        everyone = torch.arange(len(ctx.node_data().y), device=ctx.node_data().y.device)
+        return ctx.trainer.forward(params, ctx.node_data().batch_of(everyone))
 
     def _features(self, ctx: ClientContext) -> tuple[Tensor, Tensor]:
         """The client's raw features and its labelled nodes' rows on the device, once per
         process (the encoder reads x, not the backbone's prepared input); sparse CSR when the
         backbone's input is (``model.sparse_features``)."""
         if FEATURES not in ctx.cache:
-            x = ctx.data.graph.x.float().to(ctx.data.y.device)
-            rows = x[ctx.data.index["train"]]
-            if is_csr(ctx.data.x):
+            x = ctx.node_data().graph.x.float().to(ctx.node_data().y.device)
+            rows = x[ctx.node_data().index["train"]]
+            if is_csr(ctx.node_data().x):
                 x, rows = to_csr(x), to_csr(rows)
             ctx.cache[FEATURES] = x, rows
         return ctx.cache[FEATURES]

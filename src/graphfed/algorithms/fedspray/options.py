@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
+from torch import nn
 
 from graphfed.algorithms.registry import RunView
 from graphfed.models.gnn import ModelOptions, build_model
@@ -111,17 +112,15 @@ class FedSprayOptions(AlgorithmOptions):
 
 
 def require_full_batch_nodes(run: RunView) -> None:
-    """FedSpray trains full-batch on each client's whole graph (the code: one step per epoch),
-    and its proxies are per node: node level, no neighbour sampling."""
-    if run.level != "node":
-        raise ValueError("fedspray is a node-level method; use a node-level dataset")
+    """FedSpray trains full-batch on each client's whole graph (the code: one step per epoch):
+    no neighbour sampling (its ``levels`` keep it to node level)."""
     if run.sampling.fanouts:
         raise ValueError("fedspray trains full-batch on each client graph; unset "
                          "sampling.fanouts")
 
 
 def fedspray_backbone(level: str, in_dim: int, num_classes: int, model: ModelOptions,
-                      options: FedSprayOptions):
+                      options: FedSprayOptions) -> nn.Module:
     """The run's backbone (``model.name``: gcn, sgc, sage, ...) with FedSpray's dropout."""
     if options.gnn_dropout is not None:
         model = model.model_copy(update={"dropout": options.gnn_dropout})

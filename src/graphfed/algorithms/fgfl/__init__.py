@@ -28,7 +28,7 @@ from __future__ import annotations
 from graphfed.algorithms.fgfl.client import FGFLClient
 from graphfed.algorithms.fgfl.options import FGFLOptions, check_fgfl
 from graphfed.algorithms.fgfl.server import FGFLServer
-from graphfed.algorithms.registry import Algorithm, register
+from graphfed.algorithms.registry import AT_NODE_LEVEL, Algorithm, register
 
 FGFL = register(Algorithm(
     "fgfl", FGFLServer, FGFLClient, FGFLOptions,
@@ -37,4 +37,5 @@ FGFL = register(Algorithm(
     levels=("graph", "node"),
     description="FGFL: valued agents, sparsified rewards, payoffs and motif prototypes "
                 "(node level: without motifs)",
-    check=check_fgfl))
+    check=check_fgfl,
+    modes={"node": AT_NODE_LEVEL}))

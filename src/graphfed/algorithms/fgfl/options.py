@@ -3,7 +3,7 @@ where the paper and its authors' code differ (``shared/specs/fgfl.md`` §3, §5)
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, cast
 
 from pydantic import Field
 
@@ -104,7 +104,8 @@ def refuse_endless_shapley(config: RunView) -> None:
     a weighted sum over their updates: its cost doubles with each client, so a run that could
     not finish is refused while the config is read rather than hours into round 1."""
     n = config.num_clients
-    if config.algorithm_options().exact_shapley and n > EXACT_SHAPLEY_MAX_CLIENTS:
+    if (cast(FGFLOptions, config.algorithm_options()).exact_shapley
+            and n > EXACT_SHAPLEY_MAX_CLIENTS):
         per_round = SECONDS_PER_COALITION * 2**n
         raise ValueError(
             f"fgfl.exact_shapley enumerates 2^n coalitions every round: n={n} clients is "

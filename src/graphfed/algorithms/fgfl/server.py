@@ -9,25 +9,27 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from graphfed.algorithms.fgfl.options import motif_term
+from graphfed.algorithms.fgfl.options import FGFLOptions, motif_term
 from graphfed.algorithms.rewards.base import RewardServer
 from graphfed.data.motifs import KEY_WIDTH, decode_keys
 from graphfed.mechanisms.payoff import fgfl_payoff, gradient_shapley
 from graphfed.mechanisms.sparse_rewards import value_weights
-from graphfed.messages import Message, MessageError
+from graphfed.messages import Message, MessageError, ScalarSpec, TensorSpec
 from graphfed.metrics import pearson
+from graphfed.protocol import Setup
 
 log = logging.getLogger("graphfed.fgfl")
 
 
 class FGFLServer(RewardServer):
+    options: FGFLOptions
     state_keys = (*RewardServer.state_keys, "codes", "diversity", "prototypes", "proto_rep",
                   "value_sum", "value_rounds", "payoff_total")
 
-    def __init__(self, setup):
+    def __init__(self, setup: Setup) -> None:
         super().__init__(setup)
-        self.use_diversity = motif_term(setup.options.use_diversity, setup.level)
-        self.use_prototypes = motif_term(setup.options.use_prototypes, setup.level)
+        self.use_diversity = motif_term(self.options.use_diversity, setup.level)
+        self.use_prototypes = motif_term(self.options.use_prototypes, setup.level)
         n = setup.num_clients
         self.codes: list[Tensor] = [torch.empty(0, dtype=torch.long) for _ in range(n)]
         self.diversity = torch.zeros(n, dtype=torch.float64)
@@ -38,17 +40,17 @@ class FGFLServer(RewardServer):
         self.payoff_total = torch.zeros(n, dtype=torch.float64)
 
     # ------------------------------------------------------------ setup: vocabularies
-    def configure_setup(self, clients):
+    def configure_setup(self, clients: list[int]) -> dict[int, Message]:
         """Vocabularies travel only where motifs exist: at graph level."""
         return {c: Message() for c in clients} if self.setup.level == "graph" else {}
 
-    def setup_reply_spec(self, client):
+    def setup_reply_spec(self, client: int) -> tuple[TensorSpec | None, ScalarSpec]:
         spec = {"motif_keys": ((-1, -1), torch.long), "motif_counts": ((-1,), torch.long)}
         if self.use_prototypes:
             spec["prototypes"] = ((-1, -1), torch.float32)
         return spec, {}
 
-    def check_setup_reply(self, client, message):
+    def check_setup_reply(self, client: int, message: Message) -> None:
         """A vocabulary the server can decode: one count and (with prototypes) one prototype
         per key, valid key lengths, no repeated key, no negative count."""
         enc, counts = message.tensors["motif_keys"], message.tensors["motif_counts"]
@@ -63,7 +65,7 @@ class FGFLServer(RewardServer):
         if len(set(decode_keys(enc))) != k:
             raise MessageError(f"client {client}: its motif vocabulary repeats a key")
 
-    def aggregate_setup(self, replies):
+    def aggregate_setup(self, replies: dict[int, Message]) -> None:
         if len(replies) < self.setup.num_clients:
             missing = sorted(set(range(self.setup.num_clients)) - set(replies))
             raise MessageError(f"FGFL needs every agent's motif vocabulary; missing or "
@@ -85,9 +87,9 @@ class FGFLServer(RewardServer):
             self.proto_rep = torch.ones(self.setup.num_clients, len(vocabulary),
                                         dtype=torch.float64)
 
-    def _initial_prototypes(self, replies, size: int) -> Tensor:
+    def _initial_prototypes(self, replies: dict[int, Message], size: int) -> Tensor:
         """Round-0 global prototypes (spec 3.6): mean, or weighted by motif graph counts."""
-        mode = self.setup.options.init_proto
+        mode = self.options.init_proto
         dim = next(iter(replies.values())).tensors["prototypes"].shape[1]
         total = torch.zeros(size, dim, dtype=torch.float64)
         weight = torch.zeros(size, dtype=torch.float64)
@@ -104,13 +106,13 @@ class FGFLServer(RewardServer):
         return out.float()
 
     # ------------------------------------------------------------ messages
-    def message_for(self, client):
+    def message_for(self, client: int) -> Message:
         message = super().message_for(client)
         if self.use_prototypes:
             message.tensors["prototypes"] = self.prototypes[self.codes[client]]
         return message
 
-    def reply_spec(self, client):
+    def reply_spec(self, client: int) -> tuple[TensorSpec, ScalarSpec]:
         spec, scalars = super().reply_spec(client)
         if self.use_prototypes:
             spec["prototypes"] = ((len(self.codes[client]), self.prototypes.shape[1]),
@@ -118,14 +120,15 @@ class FGFLServer(RewardServer):
         return spec, scalars
 
     # ------------------------------------------------------------ valuation
-    def aggregation_weights(self, clients):
-        if self.setup.options.value_weighted_agg:
+    def aggregation_weights(self, clients: list[int]) -> Tensor:
+        if self.options.value_weighted_agg:
             return value_weights(self.values[clients])
         sizes = self.data_sizes[clients]
         return sizes / sizes.sum()
 
-    def revalue(self, rnd, clients, updates, aggregate, alignment):
-        o = self.setup.options
+    def revalue(self, rnd: int, clients: list[int], updates: Tensor, aggregate: Tensor,
+                alignment: Tensor) -> Tensor:
+        o = self.options
         values = self.values.clone()
         phi = alignment if o.use_alignment else torch.zeros_like(alignment)
         if o.value_update == "ema":
@@ -139,8 +142,9 @@ class FGFLServer(RewardServer):
             return values
         return values / total
 
-    def after_aggregate(self, rnd, clients, updates, replies):
-        o = self.setup.options
+    def after_aggregate(self, rnd: int, clients: list[int], updates: Tensor,
+                        replies: dict[int, Message]) -> None:
+        o = self.options
         past = (self.value_sum / self.value_rounds).tolist() if self.value_rounds else None
         payoff = torch.tensor(fgfl_payoff(self.values.tolist(), past, o.budget),
                               dtype=torch.float64)
@@ -164,7 +168,7 @@ class FGFLServer(RewardServer):
                 shapley_sign_agreement=sum((s > 0) == (a > 0) for s, a in zip(
                     shapley, alignment, strict=True)) / len(shapley))
 
-    def _aggregate_prototypes(self, clients, replies):
+    def _aggregate_prototypes(self, clients: list[int], replies: dict[int, Message]) -> None:
         """Eq. 12: per motif, the ReLU(value)-weighted mean over the agents holding it (or the
         per-motif reputation variant of the code); a motif nobody weighs keeps its prototype."""
         size, dim = self.prototypes.shape
@@ -173,7 +177,7 @@ class FGFLServer(RewardServer):
         for c in clients:
             local = replies[c].tensors["prototypes"].double()
             codes = self.codes[c]
-            if self.setup.options.proto_weights == "value":
+            if self.options.proto_weights == "value":
                 w = torch.full((len(codes),), float(self.values[c].clamp_min(0)),
                                dtype=torch.float64)
             else:

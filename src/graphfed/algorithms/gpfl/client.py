@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from graphfed.algorithms.gpfl.options import EMBEDDING, PROPERTY_VECTOR, UPDATE
+from graphfed.algorithms.gpfl.options import EMBEDDING, PROPERTY_VECTOR, UPDATE, GPFLOptions
 from graphfed.algorithms.gpfl.random_graphs import random_graph_batch
 from graphfed.algorithms.personalized.base import PersonalClient
 from graphfed.data.properties import graph_properties
@@ -23,18 +23,20 @@ from graphfed.training.batches import GraphBatch, collate_graphs
 class GPFLClient(PersonalClient):
     """Its model lives on the server between rounds: every message carries it."""
 
+    options: GPFLOptions
+
     def receive(self, params: Params, message: Message, ctx: ClientContext) -> Params:
         return {k: message.tensors[k].to(v.dtype) for k, v in params.items()}
 
-    def answer_setup(self, message, ctx):
+    def answer_setup(self, message: Message, ctx: ClientContext) -> Message:
         """p_(C_i): the mean of the six graph properties over the client's training graphs
         (``client.py:split_traintest``), 6 floats sent once."""
-        graphs = ctx.data.graphs["train"]
+        graphs = ctx.graph_data().graphs["train"]
         values = torch.stack([graph_properties(g.edge_index, g.num_nodes,
                                                self.options.entropy_form) for g in graphs])
         return Message({PROPERTY_VECTOR: values.mean(0).float()})
 
-    def fit(self, message, ctx):
+    def fit(self, message: Message, ctx: ClientContext) -> Message:
         start = self.current(message, ctx)
         trained, stats = self.local_train(start, ctx)
         update = {k: trained[k] - v for k, v in start.items()}
@@ -62,4 +64,4 @@ class GPFLClient(PersonalClient):
 
 def _feature_dim(ctx: ClientContext) -> int:
     """d_x, the width of the client's node features."""
-    return next(g.x.shape[1] for graphs in ctx.data.graphs.values() for g in graphs)
+    return next(g.x.shape[1] for graphs in ctx.graph_data().graphs.values() for g in graphs)

@@ -20,6 +20,8 @@ normalised again; with every client answering this is exactly the code's round.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -38,7 +40,7 @@ from graphfed.algorithms.gpfl.options import EMBEDDING, PROPERTY_VECTOR, UPDATE,
 from graphfed.data.properties import PROPERTIES
 from graphfed.mechanisms.client_network import mix, stack
 from graphfed.mechanisms.updates import under_prefix
-from graphfed.messages import Message, MessageError, fit_scalars
+from graphfed.messages import Message, MessageError, ScalarSpec, TensorSpec, fit_scalars
 from graphfed.protocol import Server, Setup
 
 NETWORK_DECIMALS = 4  # the recorded network, rounded: small enough to keep every round
@@ -47,11 +49,11 @@ UNIT_PROPERTIES = [PROPERTIES.index("density"), PROPERTIES.index("closeness_cent
 
 
 class GPFLServer(Server):
+    options: GPFLOptions
     state_keys = ("models", "properties", "selected", "network")
 
     def __init__(self, setup: Setup):
         super().__init__(setup)
-        self.options: GPFLOptions = setup.options
         initial = {k: v.detach().clone() for k, v in setup.initial_params.items()}
         self.models: list[dict[str, Tensor]] = [initial] * setup.num_clients
         self.properties: Tensor | None = None  # clients x 6, from the setup exchange
@@ -60,22 +62,22 @@ class GPFLServer(Server):
         self.last: dict = {}
 
     # ------------------------------------------------------------ setup: property vectors
-    def configure_setup(self, clients):
+    def configure_setup(self, clients: list[int]) -> dict[int, Message]:
         if self.options.initial_graph != "property":
             return {}
         return {c: Message() for c in clients}
 
-    def setup_reply_spec(self, client):
+    def setup_reply_spec(self, client: int) -> tuple[TensorSpec | None, ScalarSpec]:
         return {PROPERTY_VECTOR: ((len(PROPERTIES),), torch.float32)}, {}
 
-    def check_setup_reply(self, client, message):
+    def check_setup_reply(self, client: int, message: Message) -> None:
         """Mean properties a graph can have: density and closeness in [0, 1], degree >= 0."""
         p = message.tensors[PROPERTY_VECTOR]
         unit = p[UNIT_PROPERTIES]
         if (unit < 0).any() or (unit > 1).any() or p[PROPERTIES.index("average_degree")] < 0:
             raise MessageError(f"client {client}: property vector out of range ({p.tolist()})")
 
-    def aggregate_setup(self, replies):
+    def aggregate_setup(self, replies: dict[int, Message]) -> None:
         missing = sorted(set(range(self.setup.num_clients)) - set(replies))
         if missing:
             raise MessageError(f"GPFL's property-guided network needs every client's property "
@@ -84,18 +86,18 @@ class GPFLServer(Server):
                                        for c in range(self.setup.num_clients)])
 
     # ------------------------------------------------------------ messages
-    def configure_fit(self, rnd, clients):
+    def configure_fit(self, rnd: int, clients: list[int]) -> dict[int, Message]:
         return {c: Message(dict(self.models[c])) for c in clients}
 
     configure_evaluate = configure_fit
 
-    def reply_spec(self, client):
+    def reply_spec(self, client: int) -> tuple[TensorSpec | None, ScalarSpec]:
         spec = {UPDATE + k: (tuple(v.shape), v.dtype) for k, v in self.models[client].items()}
         spec[EMBEDDING] = ((self.options.random_graphs * self.setup.num_classes,),
                            torch.float32)
         return spec, fit_scalars()
 
-    def check_reply(self, client, message):
+    def check_reply(self, client: int, message: Message) -> None:
         """The embedding is R rows of log-probabilities over the classes."""
         rows = message.tensors[EMBEDDING].double().view(-1, self.setup.num_classes).exp()
         if not torch.allclose(rows.sum(1), torch.ones(len(rows), dtype=torch.float64),
@@ -104,7 +106,7 @@ class GPFLServer(Server):
                                "log-probabilities")
 
     # ------------------------------------------------------------ the round
-    def aggregate_fit(self, rnd, replies):
+    def aggregate_fit(self, rnd: int, replies: dict[int, Message]) -> None:
         """Steps 1-4 of the module docstring over the clients that answered."""
         self.last = {}
         clients = sorted(replies)
@@ -150,6 +152,7 @@ class GPFLServer(Server):
         k = self.setup.num_clients
         if o.initial_graph == "random":
             return torch.rand(k, k, dtype=torch.float64)
+        assert self.properties is not None  # from the setup exchange, before round 1
         self.selected = select_properties(self.properties[index], similarity.clamp_min(0.0),
                                           o.property_standardize)
         return property_similarity(self.properties[:, self.selected], o.property_standardize)
@@ -181,7 +184,7 @@ class GPFLServer(Server):
             ("raw", client_features(params, False, compress)),
             ("marginal", client_features(params, True, compress)))}
 
-    def round_metrics(self):
+    def round_metrics(self) -> dict[str, Any]:
         return dict(self.last)
 
 

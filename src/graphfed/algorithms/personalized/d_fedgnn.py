@@ -29,7 +29,7 @@ from torch import Tensor
 from graphfed.algorithms.personalized.base import PersonalClient
 from graphfed.algorithms.registry import Algorithm, register
 from graphfed.mechanisms.updates import under_prefix, with_prefix
-from graphfed.messages import Message, fit_scalars, spec_of
+from graphfed.messages import Message, ScalarSpec, TensorSpec, fit_scalars, spec_of
 from graphfed.protocol import AlgorithmOptions, ClientContext, Server, Setup
 from graphfed.tensors import Params
 
@@ -73,15 +73,15 @@ class DFedGNNServer(Server):
         return Message(tensors=pack_sides({side: self._neighbour(c)
                                      for side, c in zip(SIDES, ring, strict=True)}))
 
-    def configure_fit(self, rnd, clients):
+    def configure_fit(self, rnd: int, clients: list[int]) -> dict[int, Message]:
         return {c: self.message_for(c) for c in clients}
 
     configure_evaluate = configure_fit
 
-    def reply_spec(self, client):
+    def reply_spec(self, client: int) -> tuple[TensorSpec | None, ScalarSpec]:
         return spec_of(self.setup.initial_params), fit_scalars()
 
-    def aggregate_fit(self, rnd, replies):
+    def aggregate_fit(self, rnd: int, replies: dict[int, Message]) -> None:
         for c, m in replies.items():
             self.models[c] = m.tensors
 
@@ -95,7 +95,7 @@ class DFedGNNClient(PersonalClient):
         prev, nxt = (under_prefix(message.tensors, f"{side}.") for side in SIDES)
         return {k: (v + prev[k] + nxt[k]) / 3 for k, v in params.items()}
 
-    def fit(self, message, ctx):
+    def fit(self, message: Message, ctx: ClientContext) -> Message:
         return self.keep(ctx, *self.local_train(self.current(message, ctx), ctx))
 
 

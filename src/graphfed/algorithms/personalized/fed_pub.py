@@ -45,7 +45,7 @@ is 128.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, cast
 
 import networkx as nx
 import torch
@@ -60,7 +60,7 @@ from graphfed.algorithms.registry import Algorithm, register
 from graphfed.errors import GraphfedError
 from graphfed.mechanisms.aggregation import weighted_average
 from graphfed.mechanisms.client_network import cosine_similarities, exp_similarity_weights, mix
-from graphfed.messages import Message, fit_scalars, spec_of
+from graphfed.messages import Message, ScalarSpec, TensorSpec, fit_scalars, spec_of
 from graphfed.models.gnn import ModelOptions
 from graphfed.models.masked_gcn import (
     MaskedGCN,
@@ -69,7 +69,7 @@ from graphfed.models.masked_gcn import (
     is_mask,
     weights_only,
 )
-from graphfed.protocol import AlgorithmOptions, ClientContext
+from graphfed.protocol import AlgorithmOptions, ClientContext, Setup
 from graphfed.tensors import Params
 from graphfed.training.trainer import ExtraLoss
 
@@ -145,7 +145,7 @@ def local_regulariser(options: FedPubOptions, anchor: Params | None) -> ExtraLos
             pulled = (sum(g.norm() for g in gaps) if options.proximal == "norm"
                       else sum((g * g).sum() for g in gaps))
             parts.append(options.loc_l2 * pulled)
-        return sum(parts)
+        return cast(Tensor, sum(parts))
 
     return term
 
@@ -154,12 +154,13 @@ class FedPubServer(NetworkServer):
     """Weighs the clients by their functional embeddings; keeps the global model too."""
 
     state_keys = (*NetworkServer.state_keys, "global_model")
+    options: FedPubOptions
 
-    def __init__(self, setup):
+    def __init__(self, setup: Setup) -> None:
         super().__init__(setup)
         self.global_model: Params | None = None  # none before the first round
 
-    def configure_setup(self, clients):
+    def configure_setup(self, clients: list[int]) -> dict[int, Message]:
         """The proxy graph's seed, drawn from the server's setup stream (the run seed)."""
         seed = int(torch.randint(2**31 - 1, ()))
         return {c: Message(scalars={PROXY_SEED: seed}) for c in clients}
@@ -173,37 +174,38 @@ class FedPubServer(NetworkServer):
             return Message(weights_only(self.global_model))
         return Message()
 
-    def configure_fit(self, rnd, clients):
+    def configure_fit(self, rnd: int, clients: list[int]) -> dict[int, Message]:
         return {c: self.pending(c) for c in clients}
 
-    def configure_evaluate(self, rnd, clients):
-        if self.setup.options.evaluate == "trained":
+    def configure_evaluate(self, rnd: int, clients: list[int]) -> dict[int, Message]:
+        if self.options.evaluate == "trained":
             return {c: Message() for c in clients}
         return self.configure_fit(rnd, clients)
 
-    def reply_spec(self, client):
+    def reply_spec(self, client: int) -> tuple[TensorSpec, ScalarSpec]:
         params = self.setup.initial_params
         spec = spec_of(params)
         spec[EMBEDDING] = ((embedding_width(params),), torch.float32)
         return spec, fit_scalars()
 
-    def network(self, clients, models, sizes, replies):
+    def network(self, clients: list[int], models: list[Params], sizes: Tensor,
+                replies: list[Message]) -> Tensor:
         embeddings = torch.stack([r.tensors[EMBEDDING] for r in replies])
         return exp_similarity_weights(cosine_similarities(embeddings.double()),
-                                      self.setup.options.norm_scale)
+                                      self.options.norm_scale)
 
-    def messages(self, models, weights):
+    def messages(self, models: list[Params], weights: Tensor) -> list[dict[str, Tensor]]:
         return mix([weights_only(m) for m in models], weights)
 
-    def aggregate_fit(self, rnd, replies):
+    def aggregate_fit(self, rnd: int, replies: dict[int, Message]) -> None:
         super().aggregate_fit(rnd, replies)
         if replies:
             _, models, sizes = self.collect(replies)
-            uniform = self.setup.options.global_weights == "uniform"
+            uniform = self.options.global_weights == "uniform"
             self.global_model = weighted_average(
                 models, [1.0] * len(models) if uniform else sizes.tolist())
 
-    def global_params(self):
+    def global_params(self) -> Params | None:
         return self.global_model or self.setup.initial_params
 
 
@@ -211,14 +213,16 @@ class FedPubClient(PersonalClient):
     """Keeps its masks; trains the weights it was sent under them; uploads its model and its
     functional embedding."""
 
+    options: FedPubOptions
+
     def receive(self, params: Params, message: Message, ctx: ClientContext) -> Params:
         return {**params, **message.tensors}  # the shared weights; the masks stay its own
 
-    def answer_setup(self, message, ctx):
+    def answer_setup(self, message: Message, ctx: ClientContext) -> Message:
         ctx.state[PROXY_SEED] = int(message.scalars[PROXY_SEED])
         return Message()
 
-    def fit(self, message, ctx):
+    def fit(self, message: Message, ctx: ClientContext) -> Message:
         term = local_regulariser(self.options, message.tensors or None)
         trained, stats = self.local_train(self.current(message, ctx), ctx, term)
         ctx.state["params"] = trained
@@ -241,9 +245,10 @@ class FedPubClient(PersonalClient):
             if PROXY_SEED not in ctx.state:
                 raise GraphfedError(f"fed-pub client {ctx.client_id}: no proxy seed (the "
                                     "setup exchange did not reach it)")
-            graph = proxy_graph(ctx.state[PROXY_SEED], ctx.data.x.shape[1],
+            graph = proxy_graph(ctx.state[PROXY_SEED], ctx.node_data().x.shape[1],
                                 self.options.proxy_communities)
-            ctx.cache["proxy"] = ctx.trainer.model.prepare(graph).to(ctx.trainer.device)
+            model = cast(MaskedGCN, ctx.trainer.model)
+            ctx.cache["proxy"] = model.prepare(graph).to(ctx.trainer.device)
         return ctx.cache["proxy"]
 
 

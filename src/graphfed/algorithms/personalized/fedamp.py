@@ -51,6 +51,7 @@ from graphfed.mechanisms.client_network import (
 from graphfed.messages import Message
 from graphfed.protocol import AlgorithmOptions, ClientContext
 from graphfed.tensors import Params
+from graphfed.training import TrainStats
 from graphfed.training.step import LocalStep
 
 
@@ -90,20 +91,25 @@ class FedAMPServer(NetworkServer):
     """Weighs the clients by their updates' cosines (gpfl_code) or distances (paper); sends
     client i its cloud model u_i."""
 
-    def network(self, clients, models, sizes, replies):
-        o = self.setup.options
+    options: FedAMPOptions
+
+    def network(self, clients: list[int], models: list[Params], sizes: Tensor,
+                replies: list[Message]) -> Tensor:
+        o = self.options
         if o.variant == "paper":
             return paper_weights(squared_distances(stack(models, self.names)), o.alpha_k,
                                  o.sigma)
         return code_weights(cosine_similarities(self.updates(models)), o.self_weight,
                             o.cosine_scale)
 
-    def messages(self, models, weights):
+    def messages(self, models: list[Params], weights: Tensor) -> list[dict[str, Tensor]]:
         return mix(models, weights)
 
 
 class FedAMPClient(PersonalClient):
     """Trains its own model with a proximal pull towards its cloud model u_i."""
+
+    options: FedAMPOptions
 
     def receive(self, params: Params, message: Message, ctx: ClientContext) -> Params:
         return params  # u_i anchors the pull; it never replaces the model
@@ -115,16 +121,17 @@ class FedAMPClient(PersonalClient):
             return message.tensors
         return self.setup.initial_params if self.options.variant == "paper" else None
 
-    def local_step(self, message, ctx):
+    def local_step(self, message: Message, ctx: ClientContext) -> LocalStep | None:
         o = self.options
         anchor = self.anchor(message)
         mu = o.lam / o.alpha_k if o.variant == "paper" else o.lam
         return LocalStep(self.own_params(ctx), mu if anchor is not None else 0.0, anchor)
 
-    def finish_step(self, message, ctx, params, stats):
+    def finish_step(self, message: Message, ctx: ClientContext, params: Params,
+                    stats: TrainStats) -> Message:
         return self.keep(ctx, params, stats)
 
-    def fit(self, message, ctx):
+    def fit(self, message: Message, ctx: ClientContext) -> Message:
         return self.fit_by_step(message, ctx)
 
 

@@ -19,14 +19,16 @@ clients download it right after aggregation.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field
 
 from graphfed.algorithms.personalized.base import PersonalClient
-from graphfed.algorithms.registry import Algorithm, RunView, register
+from graphfed.algorithms.registry import AT_NODE_LEVEL, Algorithm, RunView, register
 from graphfed.mechanisms.aggregation import weighted_average
-from graphfed.messages import NUM_SAMPLES, Message, fit_scalars, spec_of
+from graphfed.messages import NUM_SAMPLES, Message, ScalarSpec, TensorSpec, fit_scalars, spec_of
 from graphfed.models.structure import NODE_FEATURE_LAYERS, build_dual_channel, structure_names
-from graphfed.protocol import AlgorithmOptions, Server, Setup
+from graphfed.protocol import AlgorithmOptions, ClientContext, Server, Setup
 from graphfed.tensors import Params
 
 
@@ -46,6 +48,7 @@ class FedStarServer(Server):
     """Holds the shared structure channel (float32); averages the clients' copies."""
 
     state_keys = ("shared", "last")
+    options: FedStarOptions
 
     def __init__(self, setup: Setup):
         super().__init__(setup)
@@ -54,26 +57,26 @@ class FedStarServer(Server):
                                for k in self.names}
         self.last: dict = {}
 
-    def configure_fit(self, rnd, clients):
+    def configure_fit(self, rnd: int, clients: list[int]) -> dict[int, Message]:
         message = Message(tensors=self.shared)
         return {c: message for c in clients}
 
     configure_evaluate = configure_fit
 
-    def reply_spec(self, client):
+    def reply_spec(self, client: int) -> tuple[TensorSpec | None, ScalarSpec]:
         return spec_of(self.shared), fit_scalars()
 
-    def aggregate_fit(self, rnd, replies):
+    def aggregate_fit(self, rnd: int, replies: dict[int, Message]) -> None:
         if not replies:
             return
         clients = sorted(replies)
-        weights = [float(replies[c].scalars[NUM_SAMPLES]) if self.setup.options.weighted
+        weights = [float(replies[c].scalars[NUM_SAMPLES]) if self.options.weighted
                    else 1.0 for c in clients]
         self.shared = weighted_average([replies[c].tensors for c in clients], weights)
         total = sum(weights)
         self.last = {"clients": clients, "weights": [w / total for w in weights]}
 
-    def round_metrics(self):
+    def round_metrics(self) -> dict[str, Any]:
         return self.last
 
 
@@ -84,13 +87,13 @@ class FedStarClient(PersonalClient):
         super().__init__(setup)
         self.names = structure_names(setup.initial_params)
 
-    def receive(self, params, message, ctx):
+    def receive(self, params: Params, message: Message, ctx: ClientContext) -> Params:
         if not message.tensors:
             return params
         return {k: message.tensors[k].to(v.dtype) if k in self.names else v
                 for k, v in params.items()}
 
-    def fit(self, message, ctx):
+    def fit(self, message: Message, ctx: ClientContext) -> Message:
         trained, stats = self.local_train(self.current(message, ctx), ctx)
         ctx.state["params"] = trained
         return self.reply({k: trained[k].float() for k in self.names}, ctx, stats)
@@ -103,5 +106,6 @@ FEDSTAR = register(Algorithm(
     levels=("graph", "node"),
     model=build_dual_channel,
     check=check_backbone,
+    modes={"node": AT_NODE_LEVEL},
     description="FedAvg of a structure channel over random-walk and degree encodings; feature "
                 "channel stays local"))

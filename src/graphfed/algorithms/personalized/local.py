@@ -6,8 +6,10 @@ The reference for "does federation help"; every client starts from the same init
 from __future__ import annotations
 
 from graphfed.algorithms.registry import Algorithm, register
-from graphfed.messages import Message
-from graphfed.protocol import AlgorithmOptions, Client, Server
+from graphfed.messages import Message, ScalarSpec, TensorSpec
+from graphfed.protocol import AlgorithmOptions, Client, ClientContext, Server
+from graphfed.tensors import Params
+from graphfed.training import TrainStats
 from graphfed.training.step import LocalStep
 
 
@@ -16,31 +18,32 @@ class LocalOptions(AlgorithmOptions):
 
 
 class LocalServer(Server):
-    def configure_fit(self, rnd, clients):
+    def configure_fit(self, rnd: int, clients: list[int]) -> dict[int, Message]:
         return {c: Message() for c in clients}
 
-    def reply_spec(self, client):
+    def reply_spec(self, client: int) -> tuple[TensorSpec | None, ScalarSpec]:
         return {}, {}
 
-    def aggregate_fit(self, rnd, replies):
+    def aggregate_fit(self, rnd: int, replies: dict[int, Message]) -> None:
         return None
 
 
 class LocalClient(Client):
-    def _params(self, ctx):
+    def _params(self, ctx: ClientContext) -> Params:
         return ctx.state.get("params", self.setup.initial_params)
 
-    def local_step(self, message, ctx):
+    def local_step(self, message: Message, ctx: ClientContext) -> LocalStep | None:
         return LocalStep(self._params(ctx))
 
-    def finish_step(self, message, ctx, params, stats):
+    def finish_step(self, message: Message, ctx: ClientContext, params: Params,
+                    stats: TrainStats) -> Message:
         ctx.state["params"] = params
         return Message()
 
-    def fit(self, message, ctx):
+    def fit(self, message: Message, ctx: ClientContext) -> Message:
         return self.fit_by_step(message, ctx)
 
-    def evaluated_params(self, message, ctx):
+    def evaluated_params(self, message: Message, ctx: ClientContext) -> Params | None:
         return self._params(ctx)
 
 

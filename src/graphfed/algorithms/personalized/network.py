@@ -13,12 +13,13 @@ with partial participation (GPFL's code trains every client every round).
 from __future__ import annotations
 
 from abc import abstractmethod
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
 from graphfed.mechanisms.client_network import stack
-from graphfed.messages import NUM_SAMPLES, Message, fit_scalars, spec_of
+from graphfed.messages import NUM_SAMPLES, Message, ScalarSpec, TensorSpec, fit_scalars, spec_of
 from graphfed.protocol import Server, Setup
 from graphfed.tensors import Params
 
@@ -26,7 +27,7 @@ from graphfed.tensors import Params
 class NetworkServer(Server):
     """Holds each client's pending message and the last round's weights (for the metrics)."""
 
-    state_keys = ("outbox", "last")
+    state_keys: ClassVar[tuple[str, ...]] = ("outbox", "last")
 
     def __init__(self, setup: Setup):
         super().__init__(setup)
@@ -51,10 +52,10 @@ class NetworkServer(Server):
         code, which keeps the round-0 model as the reference)."""
         return stack(models, self.names) - self.initial
 
-    def configure_fit(self, rnd, clients):
+    def configure_fit(self, rnd: int, clients: list[int]) -> dict[int, Message]:
         return {c: Message(dict(self.outbox.get(c, {}))) for c in clients}
 
-    def reply_spec(self, client):
+    def reply_spec(self, client: int) -> tuple[TensorSpec, ScalarSpec]:
         return spec_of(self.setup.initial_params), fit_scalars()
 
     def collect(self, replies: dict[int, Message]) -> tuple[list[int], list[Params], Tensor]:
@@ -65,7 +66,7 @@ class NetworkServer(Server):
                              dtype=torch.float64)
         return clients, models, sizes
 
-    def aggregate_fit(self, rnd, replies):
+    def aggregate_fit(self, rnd: int, replies: dict[int, Message]) -> None:
         if not replies:
             return
         clients, models, sizes = self.collect(replies)
@@ -73,5 +74,5 @@ class NetworkServer(Server):
         self.outbox.update(zip(clients, self.messages(models, weights), strict=True))
         self.last = {"clients": clients, "weights": weights.tolist()}
 
-    def round_metrics(self):
+    def round_metrics(self) -> dict[str, Any]:
         return self.last

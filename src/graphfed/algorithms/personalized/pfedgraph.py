@@ -43,7 +43,7 @@ below 1e-8 counts as 1e-8 (an all-zero upload cannot blow up c_i).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 from pydantic import Field
@@ -100,7 +100,7 @@ def cosine_regulariser(lam: float, direction: Params) -> ExtraLoss:
 
     def term(live: Params) -> Tensor:
         dot = sum((live[k] * frozen[k]).sum() for k in frozen)
-        norm = sum((live[k] * live[k]).sum() for k in frozen).sqrt()
+        norm = cast(Tensor, sum((live[k] * live[k]).sum() for k in frozen)).sqrt()
         return lam * dot / norm
 
     return term
@@ -109,20 +109,23 @@ def cosine_regulariser(lam: float, direction: Params) -> ExtraLoss:
 class PFedGraphServer(NetworkServer):
     """Infers the collaboration graph by the per-row QP; sends θ_i and c_i to client i."""
 
-    def network(self, clients, models, sizes, replies):
-        o = self.setup.options
+    options: PFedGraphOptions
+
+    def network(self, clients: list[int], models: list[Params], sizes: Tensor,
+                replies: list[Message]) -> Tensor:
+        o = self.options
         return graph_weights(cosine_similarities(self.updates(models)), sizes, o.alpha,
                              o.similarity_threshold)
 
-    def messages(self, models, weights):
+    def messages(self, models: list[Params], weights: Tensor) -> list[dict[str, Tensor]]:
         norms = row_norms(stack(models)).clamp_min(NORM_EPS)
         personal = mix(models, weights)
         directions = mix(models, weights / norms[None, :])
         return [{**with_prefix(m, MODEL), **with_prefix(c, DIRECTION)}
                 for m, c in zip(personal, directions, strict=True)]
 
-    def configure_evaluate(self, rnd, clients):
-        if self.setup.options.evaluate == "before_aggregation":
+    def configure_evaluate(self, rnd: int, clients: list[int]) -> dict[int, Message]:
+        if self.options.evaluate == "before_aggregation":
             return {c: Message() for c in clients}
         return {c: Message({k: v for k, v in self.outbox.get(c, {}).items()
                             if k.startswith(MODEL)}) for c in clients}
@@ -131,10 +134,12 @@ class PFedGraphServer(NetworkServer):
 class PFedGraphClient(PersonalClient):
     """Trains from its personalised model with the cosine regulariser; keeps what it trained."""
 
+    options: PFedGraphOptions
+
     def receive(self, params: Params, message: Message, ctx: ClientContext) -> Params:
         return under_prefix(message.tensors, MODEL) or params
 
-    def fit(self, message, ctx):
+    def fit(self, message: Message, ctx: ClientContext) -> Message:
         o = self.options
         direction = under_prefix(message.tensors, DIRECTION)
         lam = -o.lam if o.reward_similarity else o.lam

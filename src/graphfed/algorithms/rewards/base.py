@@ -9,7 +9,7 @@ model. The methods differ only in how values are computed (``revalue``) and weig
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from pydantic import Field
@@ -37,9 +37,10 @@ from graphfed.mechanisms.updates import (
     shared_names,
     unflatten,
 )
-from graphfed.messages import NUM_SAMPLES, TRAIN_LOSS, Message, fit_scalars
-from graphfed.protocol import AlgorithmOptions, Server, Setup
+from graphfed.messages import NUM_SAMPLES, TRAIN_LOSS, Message, ScalarSpec, TensorSpec, fit_scalars
+from graphfed.protocol import AlgorithmOptions, ClientContext, Server, Setup
 from graphfed.tensors import Params
+from graphfed.training.trainer import BatchLoss
 
 
 class RewardOptions(AlgorithmOptions):
@@ -74,11 +75,12 @@ class RewardServer(Server):
     """Values, the value-weighted aggregate, per-agent sparse rewards and a global model that
     accumulates the full aggregate (w_g <- w_g + u_N)."""
 
-    state_keys = ("values", "params", "rewards", "data_sizes", "last")
+    state_keys: ClassVar[tuple[str, ...]] = ("values", "params", "rewards", "data_sizes", "last")
+    options: RewardOptions
 
     def __init__(self, setup: Setup):
         super().__init__(setup)
-        self.names = shared_names(setup.initial_params, setup.options.shared_params)
+        self.names = shared_names(setup.initial_params, self.options.shared_params)
         self.tensor_sizes = [setup.initial_params[k].numel() for k in self.names]
         self.dim = sum(self.tensor_sizes)
         n = setup.num_clients
@@ -94,14 +96,14 @@ class RewardServer(Server):
         index, value = self.rewards.get(client, empty)
         return Message(tensors=encode_sparse(index, value, self.dim))
 
-    def configure_fit(self, rnd, clients):
+    def configure_fit(self, rnd: int, clients: list[int]) -> dict[int, Message]:
         return {c: self.message_for(c) for c in clients}
 
     configure_evaluate = configure_fit
 
-    def reply_spec(self, client):
-        spec = {"update": ((self.dim,), torch.float32)}
-        if self.setup.options.global_model == "mean_of_agents":
+    def reply_spec(self, client: int) -> tuple[TensorSpec, ScalarSpec]:
+        spec: TensorSpec = {"update": ((self.dim,), torch.float32)}
+        if self.options.global_model == "mean_of_agents":
             spec["model"] = ((self.dim,), torch.float32)
         return spec, fit_scalars()
 
@@ -120,7 +122,7 @@ class RewardServer(Server):
         """Method-specific bookkeeping once values are updated (payoffs, prototypes, ...)."""
 
     # ------------------------------------------------------------ the round
-    def aggregate_fit(self, rnd, replies):
+    def aggregate_fit(self, rnd: int, replies: dict[int, Message]) -> None:
         clients = sorted(replies)
         updates = torch.stack([replies[c].tensors["update"].double() for c in clients])
         for c in clients:
@@ -129,7 +131,7 @@ class RewardServer(Server):
         aggregate = weighted_sum(updates, weights)
         alignment = cosines(updates, aggregate)
         self.values = self.revalue(rnd, clients, updates, aggregate, alignment).double()
-        values, o = self.values[clients], self.setup.options
+        values, o = self.values[clients], self.options
         counts = (reward_counts(values, self.dim, o.beta, o.reward_shape) if o.sparsify_reward
                   else torch.full((len(clients),), self.dim, dtype=torch.long))
         aggregate32 = aggregate.float()
@@ -149,39 +151,42 @@ class RewardServer(Server):
                      "reward_bytes_dense": 4 * self.dim * len(clients)}
         self.after_aggregate(rnd, clients, updates, replies)
 
-    def global_params(self):
+    def global_params(self) -> Params | None:
         return self.params
 
-    def round_metrics(self):
+    def round_metrics(self) -> dict[str, Any]:
         return self.last
 
 
 class RewardClient(PersonalClient):
     """Adds the received reward to its model, trains, uploads the normalised update."""
 
+    options: RewardOptions
+
     def __init__(self, setup: Setup):
         super().__init__(setup)
         self.names = shared_names(setup.initial_params, self.options.shared_params)
         self.dim = sum(setup.initial_params[k].numel() for k in self.names)
 
-    def receive(self, params, message, ctx):
+    def receive(self, params: Params, message: Message, ctx: ClientContext) -> Params:
         reward = decode_sparse(message.tensors, self.dim)
         if reward is None or self.options.reward_apply == "discard":
             return params
         return add_flat(params, reward.to(params[self.names[0]].dtype), self.names)
 
-    def batch_loss(self, message: Message, ctx):
+    def batch_loss(self, message: Message, ctx: ClientContext) -> BatchLoss | None:
         """An embedding regulariser for local training (FGFL's prototypes); none by default."""
         return None
 
-    def upload(self, message: Message, ctx, trained: Params, update: Tensor) -> Message:
+    def upload(self, message: Message, ctx: ClientContext, trained: Params, update: Tensor
+               ) -> Message:
         """The reply; subclasses add their own tensors (FGFL: prototypes)."""
         tensors = {"update": update.float()}
         if self.options.global_model == "mean_of_agents":
             tensors["model"] = flatten(trained, self.names).float()
         return self.reply(tensors, ctx)
 
-    def fit(self, message, ctx):
+    def fit(self, message: Message, ctx: ClientContext) -> Message:
         start = self.current(message, ctx)
         trained, stats = self.local_train(start, ctx, batch_loss=self.batch_loss(message, ctx))
         update = normalize(delta(trained, start, self.names), self.options.normalize_update,

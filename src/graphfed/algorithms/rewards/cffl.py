@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import torch
 from pydantic import Field
+from torch import Tensor
 
 from graphfed.algorithms.registry import Algorithm, register
 from graphfed.algorithms.rewards.base import RewardClient, RewardOptions, RewardServer
 from graphfed.mechanisms.sparse_rewards import RewardShape
+from graphfed.protocol import Setup
 
 
 class RFFLOptions(RewardOptions):
@@ -21,14 +23,16 @@ class RFFLOptions(RewardOptions):
 
 
 class RFFLServer(RewardServer):
+    options: RFFLOptions
     state_keys = (*RewardServer.state_keys, "reputable")
 
-    def __init__(self, setup):
+    def __init__(self, setup: Setup) -> None:
         super().__init__(setup)
         self.reputable = torch.ones(setup.num_clients, dtype=torch.bool)
 
-    def revalue(self, rnd, clients, updates, aggregate, alignment):
-        o = self.setup.options
+    def revalue(self, rnd: int, clients: list[int], updates: Tensor, aggregate: Tensor,
+                alignment: Tensor) -> Tensor:
+        o = self.options
         values = self.values.clone()
         values[clients] = o.alpha * values[clients] + (1 - o.alpha) * alignment
         while True:

@@ -18,11 +18,13 @@ class CGSVOptions(RewardOptions):
 
 
 class CGSVServer(RewardServer):
+    options: CGSVOptions
     def similarity(self, updates: Tensor, aggregate: Tensor, alignment: Tensor) -> Tensor:
         return alignment
 
-    def revalue(self, rnd, clients, updates, aggregate, alignment):
-        o = self.setup.options
+    def revalue(self, rnd: int, clients: list[int], updates: Tensor, aggregate: Tensor,
+                alignment: Tensor) -> Tensor:
+        o = self.options
         values = self.values.clone()
         values[clients] = o.alpha * values[clients] + (1 - o.alpha) * self.similarity(
             updates, aggregate, alignment)

@@ -4,16 +4,19 @@ FedAvg's) and sizes the sparsified reward."""
 
 from __future__ import annotations
 
+from torch import Tensor
+
 from graphfed.algorithms.registry import Algorithm, register
 from graphfed.algorithms.rewards.base import RewardClient, RewardOptions, RewardServer
 
 
 class DWServer(RewardServer):
-    def aggregation_weights(self, clients):
+    def aggregation_weights(self, clients: list[int]) -> Tensor:
         sizes = self.data_sizes[clients]
         return sizes / sizes.sum()
 
-    def revalue(self, rnd, clients, updates, aggregate, alignment):
+    def revalue(self, rnd: int, clients: list[int], updates: Tensor, aggregate: Tensor,
+                alignment: Tensor) -> Tensor:
         return self.data_sizes / self.data_sizes.sum()
 
 

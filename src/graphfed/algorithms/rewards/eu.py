@@ -5,13 +5,15 @@ positive form is ours.
 
 from __future__ import annotations
 
+from torch import Tensor
+
 from graphfed.algorithms.registry import Algorithm, register
 from graphfed.algorithms.rewards.base import RewardClient
 from graphfed.algorithms.rewards.cgsv import CGSVOptions, CGSVServer
 
 
 class EUServer(CGSVServer):
-    def similarity(self, updates, aggregate, alignment):
+    def similarity(self, updates: Tensor, aggregate: Tensor, alignment: Tensor) -> Tensor:
         return 1.0 / (1.0 + (updates - aggregate.view(1, -1)).norm(dim=1))
 
 

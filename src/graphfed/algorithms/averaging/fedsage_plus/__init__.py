@@ -59,5 +59,7 @@ FEDSAGE_PLUS = register(Algorithm(
     paper="Zhang et al., NeurIPS 2021 (FedSage+)",
     levels=("node",),
     model=sage_backbone,
+    # a smaller generator and fewer of its rounds keep a two-round test run at a few seconds
+    small_run=("fedsage+.fgen_hidden=[32]", "fedsage+.gen_rounds=2"),
     description="FedSage on local graphs mended by NeighGen, a federatedly trained generator of "
                 "missing neighbours (counts and features)"))

@@ -17,10 +17,14 @@ from graphfed.algorithms.averaging.fedsage_plus.messages import (
     TRAIN_GEN,
     split_message,
 )
+from graphfed.algorithms.averaging.fedsage_plus.options import FedSagePlusOptions
 from graphfed.data.federated import NodeClient
 from graphfed.mechanisms.updates import with_prefix
-from graphfed.messages import NUM_SAMPLES, TRAIN_LOSS, Message
+from graphfed.messages import NUM_SAMPLES, TRAIN_LOSS, Message, Scalar
+from graphfed.protocol import ClientContext
+from graphfed.tensors import Params
 from graphfed.training.batches import PreparedNodeClient
+from graphfed.training.trainer import SplitMetrics
 
 IMPAIRED = "fedsage+_impaired"  # state: the hiding is a random draw, kept for good
 MENDED_GRAPH = "fedsage+_mended_graph"  # state: the graph the final generator mended
@@ -31,45 +35,50 @@ class FedSagePlusClient(FedAvgClient):
     """Trains NeighGen on its impaired graph while asked to; then mends its graph with the final
     generator and trains / evaluates the classifier on the mended graph."""
 
-    def _impaired(self, ctx) -> Impaired:
+    options: FedSagePlusOptions
+
+    def _impaired(self, ctx: ClientContext) -> Impaired:
         """The client's impaired graph; hiding is a random draw, so it is state, kept as plain
         tensors (a checkpoint holds data only, and a resume puts them on the device)."""
         if IMPAIRED not in ctx.state:
             o = self.options
-            ctx.state[IMPAIRED] = vars(hide_nodes(ctx.data.graph, o.hide_portion, o.num_pred)
-                                       .to(ctx.data.x.device))
+            ctx.state[IMPAIRED] = vars(hide_nodes(ctx.node_data().graph, o.hide_portion, o.num_pred)
+                                       .to(ctx.node_data().x.device))
         return Impaired(**ctx.state[IMPAIRED])
 
-    def _gen_reply(self, params, ctx) -> tuple[dict[str, Tensor], dict]:
+    def _gen_reply(self, params: Params | None, ctx: ClientContext
+                   ) -> tuple[dict[str, Tensor], dict[str, Scalar]]:
         data = self._impaired(ctx)
         trained, loss = train_neighgen(params, data, self.setup.num_classes, self.options)
         return with_prefix(trained, GEN), {GEN_LOSS: loss}
 
-    def answer_setup(self, message, ctx):
+    def answer_setup(self, message: Message, ctx: ClientContext) -> Message:
         tensors, scalars = self._gen_reply(None, ctx)
         return Message(tensors=tensors, scalars=scalars)
 
-    def _view(self, ctx):
+    def _view(self, ctx: ClientContext) -> ClientContext:
         """``ctx`` with the client's data showing the mended graph, once there is one. The
         mended graph is state (the generator that made it is gone); its prepared form on the
         client's device is cache, rebuilt from it where needed (a new process, a resume)."""
         if MENDED_GRAPH not in ctx.state:
             return ctx
         if MENDED_DATA not in ctx.cache:
-            client = NodeClient(graph=ctx.state[MENDED_GRAPH], global_ids=ctx.data.global_ids)
-            ctx.cache[MENDED_DATA] = PreparedNodeClient(client, ctx.trainer.model,
-                                                        ctx.data.x.device, ctx.data.sampling)
+            data = ctx.node_data()
+            client = NodeClient(graph=ctx.state[MENDED_GRAPH], global_ids=data.global_ids)
+            ctx.cache[MENDED_DATA] = PreparedNodeClient(client, ctx.trainer.model, data.x.device,
+                                                        data.sampling)
         return replace(ctx, data=ctx.cache[MENDED_DATA])
 
-    def _mend(self, gen, ctx) -> None:
-        graph = mend_with(gen, ctx.data.graph, self.setup.num_classes, self.options)
+    def _mend(self, gen: Params, ctx: ClientContext) -> None:
+        graph = mend_with(gen, ctx.node_data().graph, self.setup.num_classes, self.options)
         ctx.state[MENDED_GRAPH] = graph
         ctx.cache.pop(MENDED_DATA, None)
-        ctx.state["fedsage+_generated_nodes"] = graph.num_nodes - ctx.data.graph.num_nodes
+        ctx.state["fedsage+_generated_nodes"] = graph.num_nodes - ctx.node_data().graph.num_nodes
 
-    def fit(self, message, ctx):
+    def fit(self, message: Message, ctx: ClientContext) -> Message:
         classifier, gen = split_message(message)
-        tensors, scalars = {}, {}
+        tensors: dict[str, Tensor] = {}
+        scalars: dict[str, Scalar] = {}
         train_gen = bool(message.scalars.get(TRAIN_GEN, False)) and bool(gen)
         if train_gen:
             tensors, scalars = self._gen_reply(gen, ctx)
@@ -85,6 +94,6 @@ class FedSagePlusClient(FedAvgClient):
             out[TRAIN_LOSS] = stats.loss
         return Message(tensors={**params, **tensors}, scalars=out)
 
-    def evaluate(self, message, ctx):
+    def evaluate(self, message: Message, ctx: ClientContext) -> SplitMetrics:
         classifier, _ = split_message(message)
         return self.evaluate_params(classifier, self._view(ctx))

@@ -26,7 +26,7 @@ class Impaired:
     missing_x: Tensor  # [kept, num_pred, F]: features of (the first num_pred of) them
     missing_mask: Tensor  # [kept, num_pred] bool: which slots of missing_x are real
 
-    def to(self, device) -> Impaired:
+    def to(self, device: torch.device | str) -> Impaired:
         return Impaired(*(getattr(self, f).to(device) for f in self.__dataclass_fields__))
 
 

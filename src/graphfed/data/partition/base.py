@@ -1,0 +1,88 @@
+"""What every partition's options share: the validated global test, seed and edge flips, and the
+two ways a partition splits (``RatioPartition`` assigns items and the ratios cut each client;
+otherwise the partition's ``plan`` decides the whole split)."""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar
+
+import numpy as np
+import torch
+from pydantic import AfterValidator, BaseModel, Field, field_validator
+from torch_geometric.data import Data
+
+from graphfed.data.partition.plan import SplitPlan
+from graphfed.validation import OPTIONS, Seed
+
+
+def _split_sums_to_one(v: tuple[float, float, float]) -> tuple[float, float, float]:
+    if any(r < 0 for r in v) or abs(sum(v) - 1.0) > 1e-6:
+        raise ValueError(f"train/val/test ratios must be non-negative and sum to 1, got {v}")
+    if v[0] == 0:  # every client's loss would be a mean over no items: NaN in round 1
+        raise ValueError(f"the training share (first ratio) must be positive, got {v}")
+    return v
+
+
+SplitRatios = Annotated[tuple[float, float, float], AfterValidator(_split_sums_to_one)]
+
+
+class PartitionBase(BaseModel):
+    """Options every partition shares: a global test set, the seed, perturbation."""
+
+    model_config = OPTIONS
+    levels: ClassVar[tuple[str, ...]] = ("node", "graph")
+    own_global_test: ClassVar[str | None] = None  # where a plan takes its global test from
+    no_global_test: ClassVar[str | None] = None  # why a plan keeps no global test at all
+
+    global_test: float = Field(
+        0.0, ge=0.0, lt=1.0, description="fraction held out as a global test set")
+    seed: Seed | None = Field(None, description="partition seed; defaults to the run's seed")
+    edge_flip: float | list[float] | None = Field(
+        None, description="graph level: fraction of each client's training-graph edges flipped "
+        "(one value for all, or one per client)")
+
+    @field_validator("global_test")
+    @classmethod
+    def _global_test_not_planned(cls, v: float) -> float:
+        reason = cls.own_global_test or cls.no_global_test
+        if v and reason:
+            raise ValueError(f"{reason}; leave global_test unset")
+        return v
+
+    @field_validator("edge_flip")
+    @classmethod
+    def _flip_in_range(cls, v: float | list[float] | None) -> float | list[float] | None:
+        values = v if isinstance(v, list) else [] if v is None else [v]
+        if any(not 0.0 <= r <= 1.0 for r in values):
+            raise ValueError(f"edge_flip ratios must lie in [0, 1], got {v}")
+        return v
+
+    @property
+    def has_global_test(self) -> bool:
+        return self.global_test > 0 or self.own_global_test is not None
+
+    def input_digest(self, dataset: str) -> str | None:
+        """A digest of what the plan reads besides its options and the dataset (files), part of
+        the artifact's key so a changed input is not served from the cache; None: nothing."""
+        return None
+
+    def plan(self, graph: Data | None, labels: torch.Tensor, num_clients: int, seed: int,
+             rng: np.random.Generator, dataset: str) -> SplitPlan:
+        """The whole split (global test, clients, their local tests) of a partition that decides
+        all of it itself (``graph``: node level only; ``labels``: of every node or graph;
+        ``dataset``: its graphfed name);
+        ``RatioPartition`` kinds are split by the usual path instead."""
+        raise NotImplementedError
+
+
+class RatioPartition(PartitionBase):
+    """A partition that only assigns items to clients: the global test is a random cut first,
+    and each client's items are split by the ``split`` ratios after."""
+
+    split: SplitRatios = Field(
+        (0.4, 0.3, 0.3), description="per-client train/val/test fractions (sum to 1)")
+
+    def assign(self, labels: torch.Tensor, graph: Data | None, num_clients: int,
+               seed: int) -> list[torch.Tensor]:
+        """Client index sets over the items ``labels`` describes (``graph``: node level only)."""
+        raise NotImplementedError
