@@ -33,28 +33,28 @@ mixed at evaluation; ``alpha`` and ``deploy_with`` hold our choices (spec §7.5 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor
 
-from graphfed.algorithms.averaging.fedavg import FedAvgServer
+from graphfed.algorithms.averaging.fedavg import FedAvgOptions, FedAvgServer
 from graphfed.algorithms.personalized.base import PersonalClient
 from graphfed.algorithms.registry import Algorithm, register
-from graphfed.errors import GraphfedError
 from graphfed.messages import Message
-from graphfed.protocol import AlgorithmOptions, ClientContext
+from graphfed.protocol import ClientContext
 from graphfed.tensors import Params
 from graphfed.training import Trainer
+from graphfed.training.batches import GraphBatch, NodeBatch
 
 ALPHA = "apfl_alpha"  # the client's α_i in ctx.state (v is ctx.state["params"])
 LOCAL_W = "apfl_w"  # the client's last trained w, kept with deploy_with=local
 V_OPTIMIZER = "apfl_v_optimizer"  # v's optimizer state, kept with optimizer.persistent
 
 
-class APFLOptions(AlgorithmOptions):
+class APFLOptions(FedAvgOptions):
     alpha: float = Field(
         0.5, ge=0.0, le=1.0, description="initial mixing weight α_i of the local model v. "
         "RECONSTRUCTED: FedSpray does not say how its APFL started α; 0.5 is the authors' code "
@@ -86,8 +86,8 @@ def alpha_gradient(v: Params, w: Params, mixed_gradient: Params) -> Tensor:
     Summed in float64 and rounded back to the gradients' dtype: a float32 sum of this many
     terms splits across CPU threads, and its last bits (then α's) would depend on the thread
     count."""
-    total = sum(((v[k] - w[k]).double() * mixed_gradient[k].double()).sum()
-                for k in mixed_gradient)
+    total = cast(Tensor, sum(((v[k] - w[k]).double() * mixed_gradient[k].double()).sum()
+                             for k in mixed_gradient))
     return total.to(next(iter(mixed_gradient.values())).dtype)
 
 
@@ -96,7 +96,7 @@ def projected_alpha_step(alpha: float, gradient: float, lr: float, l2: float) ->
     return min(1.0, max(0.0, alpha - lr * (gradient + l2 * alpha)))
 
 
-def loss_gradient(trainer: Trainer, params: Params, batch) -> Params:
+def loss_gradient(trainer: Trainer, params: Params, batch: NodeBatch | GraphBatch) -> Params:
     """∇ of the batch's cross-entropy at ``params`` (zero for a parameter it does not use)."""
     leaf = {k: t.detach().requires_grad_(True) for k, t in params.items()}
     loss = F.cross_entropy(trainer.forward(leaf, batch), batch.targets)
@@ -119,12 +119,14 @@ class PersonalStep:
             self.optimizer.load_state_dict(self.memory[V_OPTIMIZER])
         self.alpha, self.alpha_lr, self.alpha_l2 = alpha, alpha_lr, alpha_l2
 
-    def __call__(self, w: Params, batch) -> None:
+    def __call__(self, w: Params, batch: object) -> None:
+        """The trainer's ``on_batch`` hook: called with each training batch."""
         w = {k: t.detach() for k, t in w.items()}
         v = {k: t.detach() for k, t in self.v.items()}
         device = self.trainer.device
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            gradient = loss_gradient(self.trainer, mixture(self.alpha, v, w), batch)
+            gradient = loss_gradient(self.trainer, mixture(self.alpha, v, w),
+                                     cast("NodeBatch | GraphBatch", batch))
         for k, t in self.v.items():
             t.grad = self.alpha * gradient[k]
         if self.alpha_lr is not None:
@@ -142,6 +144,8 @@ class PersonalStep:
 class APFLClient(PersonalClient):
     """Trains w (uploaded) and, on the same batches, v and α (kept); deploys αv + (1−α)w."""
 
+    options: APFLOptions
+
     def alpha(self, ctx: ClientContext) -> float:
         return ctx.state.get(ALPHA, self.options.alpha)
 
@@ -155,10 +159,7 @@ class APFLClient(PersonalClient):
         o = self.options
         if not o.learn_alpha:
             return None
-        lr = o.alpha_lr if o.alpha_lr is not None else self.setup.local_lr
-        if lr is None:
-            raise GraphfedError("apfl.alpha_lr: set it, the run has no optimizer.lr to default to")
-        return lr
+        return o.alpha_lr if o.alpha_lr is not None else self.setup.optimizer.lr
 
     def fit(self, message: Message, ctx: ClientContext) -> Message:
         step = PersonalStep(ctx.trainer, self.own_params(ctx), self.alpha(ctx), self.alpha_lr(),
