@@ -3,7 +3,6 @@ FedGCN and GraphFL. Mechanics on small real data (Cora, METIS, a few clients) pl
 
 import json
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -18,12 +17,13 @@ from graphfed.algorithms.averaging.fedprox import (
 from graphfed.algorithms.averaging.graphfl import meta_gradient, support_query
 from graphfed.algorithms.registry import get_algorithm
 from graphfed.config import load_config
+from graphfed.data.federated import NodeClient
 from graphfed.experiment import build_federation, run_experiment
 from graphfed.messages import Message
 from graphfed.models.fedgcn import neighbour_mean
 from graphfed.models.gnn import ModelOptions, build_model
 from graphfed.protocol import ClientContext, Setup
-from graphfed.training.batches import NodeBatch
+from graphfed.training.batches import NodeBatch, PreparedNodeClient
 from tests.conftest import require
 
 SMALL = ["dataset=Cora", "partition=metis", "device=cpu", "model.name=mlp_sage",
@@ -157,8 +157,12 @@ def test_dfedgnn_client_trains_from_the_mean_of_its_ring():
 # ---------------------------------------------------------------- FedGCN
 
 def _toy_context(client_id, global_ids, x, edges):
-    graph = Data(x=x, edge_index=to_undirected(torch.tensor(edges).t()), num_nodes=len(x))
-    data = SimpleNamespace(graph=graph, global_ids=torch.tensor(global_ids), x=x.clone())
+    n = len(x)
+    graph = Data(x=x, edge_index=to_undirected(torch.tensor(edges).t()), num_nodes=n,
+                 y=torch.zeros(n, dtype=torch.long),
+                 **{f"{s}_mask": torch.ones(n, dtype=torch.bool) for s in ("train", "val", "test")})
+    data = PreparedNodeClient(NodeClient(graph, torch.tensor(global_ids)), build_model(
+        "node", x.shape[1], 2, ModelOptions(name="mlp")), torch.device("cpu"))
     return ClientContext(client_id, data, {}, trainer=None)
 
 
@@ -181,7 +185,7 @@ def test_fedgcn_features_are_neighbour_means_over_all_clients(hops):
     edge_index = to_undirected(torch.tensor(union).t())
     expected = neighbour_mean(x, edge_index, 5)  # the first hop over the union graph
     for c, ctx in enumerate((a, b)):
-        stripped, view = client._with_features(messages[c], ctx)
+        stripped, view = client.view(messages[c], ctx)
         assert set(stripped.tensors) == {"w"}
         own = ctx.data.global_ids
         want = expected[own]

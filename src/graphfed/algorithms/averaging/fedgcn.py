@@ -56,16 +56,13 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
-from graphfed.algorithms.averaging.fedavg import FedAvgClient, FedAvgOptions, FedAvgServer
+from graphfed.algorithms.averaging.delivered import DeliveringServer, ReceivingClient
+from graphfed.algorithms.averaging.fedavg import FedAvgOptions
 from graphfed.algorithms.registry import Algorithm, register
-from graphfed.messages import FLAG, Message, MessageError, ScalarSpec, TensorSpec
+from graphfed.messages import Message, MessageError, ScalarSpec, TensorSpec
 from graphfed.models.fedgcn import FedGCNNet, neighbour_mean, neighbour_sums
 from graphfed.models.gnn import ModelOptions
 from graphfed.protocol import ClientContext, Setup
-from graphfed.tensors import Params
-from graphfed.training import TrainStats
-from graphfed.training.step import LocalStep
-from graphfed.training.trainer import SplitMetrics
 
 FEATURES = "fedgcn_features"
 READY = "fedgcn_ready"
@@ -97,23 +94,19 @@ def union_sums(nodes: Tensor, slot: Tensor, replies: list[Message]) -> tuple[Ten
     return neighbour_sums(x, torch.stack([source, target]), len(nodes))
 
 
-class FedGCNServer(FedAvgServer):
-    """FedAvg, plus the per-node sums of the setup exchange, sent with a client's first message."""
+class FedGCNServer(DeliveringServer):
+    """FedAvg, plus the per-node sums of the setup exchange, sent until the client has them."""
 
-    state_keys = (*FedAvgServer.state_keys, "totals", "ready")
+    ready_flag = READY
+    state_keys = (*DeliveringServer.state_keys, "totals")
     options: FedGCNOptions
 
     def __init__(self, setup: Setup) -> None:
         super().__init__(setup)
         self.totals: dict[int, tuple[Tensor, Tensor]] = {}
-        self.ready: set[int] = set()
 
     def configure_setup(self, clients: list[int]) -> dict[int, Message]:
         return {c: Message() for c in clients} if self.options.hops > 0 else {}
-
-    def reply_spec(self, client: int) -> tuple[TensorSpec | None, ScalarSpec]:
-        spec, scalars = super().reply_spec(client)
-        return spec, {**scalars, READY: FLAG}
 
     def setup_reply_spec(self, client: int) -> tuple[TensorSpec | None, ScalarSpec]:
         sizes = self.setup.client_sizes
@@ -160,27 +153,17 @@ class FedGCNServer(FedAvgServer):
                            strict=True):
             self.totals[c] = (sums[part], counts[part])
 
-    def _message(self, client: int, base: Message) -> Message:
-        if client not in self.totals or client in self.ready:
-            return base
+    def payload(self, client: int) -> dict[str, Tensor] | None:
+        if client not in self.totals:
+            return None
         sums, counts = self.totals[client]
-        return Message(tensors={**base.tensors, f"{FEATURES}.sums": sums,
-                                f"{FEATURES}.counts": counts})
-
-    def configure_fit(self, rnd: int, clients: list[int]) -> dict[int, Message]:
-        base = Message(tensors=self.params)
-        return {c: self._message(c, base) for c in clients}
-
-    configure_evaluate = configure_fit
-
-    def aggregate_fit(self, rnd: int, replies: dict[int, Message]) -> None:
-        self.ready |= {c for c, m in replies.items() if m.scalars.get(READY)}
-        super().aggregate_fit(rnd, replies)
+        return {f"{FEATURES}.sums": sums, f"{FEATURES}.counts": counts}
 
 
-class FedGCNClient(FedAvgClient):
+class FedGCNClient(ReceivingClient):
     """Sends its per-node neighbour sums once; trains on the features built from the totals."""
 
+    ready_flag, held = READY, FEATURES
     options: FedGCNOptions
 
     def answer_setup(self, message: Message, ctx: ClientContext) -> Message:
@@ -191,8 +174,7 @@ class FedGCNClient(FedAvgClient):
         sums, counts = neighbour_sums(graph.x.float(), graph.edge_index, graph.num_nodes)
         return Message(tensors={"ids": ids, "sums": sums, "counts": counts})
 
-    def _with_features(self, message: Message, ctx: ClientContext
-                       ) -> tuple[Message, ClientContext]:
+    def view(self, message: Message, ctx: ClientContext) -> tuple[Message, ClientContext]:
         """The message without the feature totals (stored once received) and ``ctx`` with the
         client's data showing the aggregated features: one view object, kept in ``ctx.cache``
         while the features stay the same, so that the batched engine finds the layout it
@@ -215,22 +197,6 @@ class FedGCNClient(FedAvgClient):
             view = ctx.cache[VIEW] = copy.copy(data)
             view.x = ctx.state[FEATURES]
         return Message(tensors=tensors, scalars=message.scalars), replace(ctx, data=view)
-
-    def local_step(self, message: Message, ctx: ClientContext) -> LocalStep | None:
-        """FedAvg's step on the aggregated features (stored in ``ctx.state`` as they arrive,
-        the same whether the step is then trained alone or in a batch)."""
-        message, view = self._with_features(message, ctx)
-        return LocalStep(message.tensors, data=view.data)
-
-    def finish_step(self, message: Message, ctx: ClientContext, params: Params,
-                    stats: TrainStats) -> Message:
-        reply = super().finish_step(message, ctx, params, stats)
-        reply.scalars[READY] = FEATURES in ctx.state
-        return reply
-
-    def evaluate(self, message: Message, ctx: ClientContext) -> SplitMetrics:
-        message, view = self._with_features(message, ctx)
-        return super().evaluate(message, view)
 
 
 FEDGCN = register(Algorithm(

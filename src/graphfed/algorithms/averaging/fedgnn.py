@@ -43,16 +43,13 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
-from graphfed.algorithms.averaging.fedavg import FedAvgClient, FedAvgOptions, FedAvgServer
+from graphfed.algorithms.averaging.delivered import DeliveringServer, ReceivingClient
+from graphfed.algorithms.averaging.fedavg import FedAvgOptions
 from graphfed.algorithms.registry import Algorithm, register
 from graphfed.data.federated import NodeClient
-from graphfed.messages import FLAG, Message, MessageError, ScalarSpec, TensorSpec
+from graphfed.messages import Message, MessageError, ScalarSpec, TensorSpec
 from graphfed.protocol import ClientContext, Setup
-from graphfed.tensors import Params
-from graphfed.training import TrainStats
 from graphfed.training.batches import PreparedNodeClient
-from graphfed.training.step import LocalStep
-from graphfed.training.trainer import SplitMetrics
 
 FOREIGN = "fedgnn.foreign"  # the anonymous neighbours' features, sent once
 EDGES = "fedgnn.edges"  # edges to add, local numbering (foreign node k is n_local + k)
@@ -106,16 +103,16 @@ def expanded_graph(client: PreparedNodeClient, foreign: Tensor, edges: Tensor) -
     return NodeClient(graph=graph, global_ids=ids)
 
 
-class FedGnnServer(FedAvgServer):
+class FedGnnServer(DeliveringServer):
     """FedAvg, plus the expansion of the setup exchange, sent until the client confirms it."""
 
-    state_keys = (*FedAvgServer.state_keys, "expansions", "ready")
+    ready_flag = READY
+    state_keys = (*DeliveringServer.state_keys, "expansions")
     options: FedGnnOptions
 
     def __init__(self, setup: Setup) -> None:
         super().__init__(setup)
         self.expansions: dict[int, tuple[Tensor, Tensor]] = {}
-        self.ready: set[int] = set()
 
     def configure_setup(self, clients: list[int]) -> dict[int, Message]:
         return {c: Message() for c in clients} if self.options.expand else {}
@@ -148,30 +145,17 @@ class FedGnnServer(FedAvgServer):
             others = [replies[j].tensors["edges"] for j in sorted(replies) if j != c]
             self.expansions[c] = expansion_for(replies[c].tensors["ids"], others, features)
 
-    def reply_spec(self, client: int) -> tuple[TensorSpec | None, ScalarSpec]:
-        spec, scalars = super().reply_spec(client)
-        return spec, {**scalars, READY: FLAG}
-
-    def _message(self, client: int, base: Message) -> Message:
-        if client not in self.expansions or client in self.ready:
-            return base
+    def payload(self, client: int) -> dict[str, Tensor] | None:
+        if client not in self.expansions:
+            return None
         foreign, edges = self.expansions[client]
-        return Message(tensors={**base.tensors, FOREIGN: foreign, EDGES: edges})
-
-    def configure_fit(self, rnd: int, clients: list[int]) -> dict[int, Message]:
-        base = Message(tensors=self.params)
-        return {c: self._message(c, base) for c in clients}
-
-    configure_evaluate = configure_fit
-
-    def aggregate_fit(self, rnd: int, replies: dict[int, Message]) -> None:
-        self.ready |= {c for c, m in replies.items() if m.scalars.get(READY)}
-        super().aggregate_fit(rnd, replies)
+        return {FOREIGN: foreign, EDGES: edges}
 
 
-class FedGnnClient(FedAvgClient):
+class FedGnnClient(ReceivingClient):
     """Sends its ids, features and edges once; trains and evaluates on the expanded graph."""
 
+    ready_flag, held = READY, EXPANSION
     options: FedGnnOptions
 
     def answer_setup(self, message: Message, ctx: ClientContext) -> Message:
@@ -180,7 +164,7 @@ class FedGnnClient(FedAvgClient):
         return Message(tensors={"ids": ids, "features": data.graph.x.float(),
                                 "edges": ids[data.graph.edge_index]})
 
-    def _expanded(self, message: Message, ctx: ClientContext) -> tuple[Message, ClientContext]:
+    def view(self, message: Message, ctx: ClientContext) -> tuple[Message, ClientContext]:
         """The message without the expansion (kept in state once received) and ``ctx`` showing
         the expanded graph, prepared once per process (cache)."""
         tensors = dict(message.tensors)
@@ -197,20 +181,6 @@ class FedGnnClient(FedAvgClient):
                                                  data.sampling)
         return Message(tensors=tensors, scalars=message.scalars), replace(ctx,
                                                                           data=ctx.cache[VIEW])
-
-    def local_step(self, message: Message, ctx: ClientContext) -> LocalStep | None:
-        message, view = self._expanded(message, ctx)
-        return LocalStep(message.tensors, data=view.data)
-
-    def finish_step(self, message: Message, ctx: ClientContext, params: Params,
-                    stats: TrainStats) -> Message:
-        reply = super().finish_step(message, ctx, params, stats)
-        reply.scalars[READY] = EXPANSION in ctx.state
-        return reply
-
-    def evaluate(self, message: Message, ctx: ClientContext) -> SplitMetrics:
-        message, view = self._expanded(message, ctx)
-        return super().evaluate(message, view)
 
 
 FEDGNN = register(Algorithm(
