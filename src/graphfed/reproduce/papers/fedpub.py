@@ -36,7 +36,7 @@ AMAZON = ["rounds=200", "local_epochs=2"]
 QUICK = ["rounds=10"]
 # the reference table's methods, then the other baselines recent papers compare on it
 METHODS = ("local", "fedavg", "fedprox", "fedper", "gcfl", "fedgnn", "fedsage+", "fed-pub",
-           "fedgta", "adafgl", "fgssl", "fggp", "ditto", "moon", "fedproto", "fedtgp", "fedala")
+           "fedgta", "adafgl", "fedtad", "fgssl", "fggp", "ditto", "moon", "fedproto", "fedtgp", "fedala")
 VARIANTS = [Variant(m, m) for m in METHODS]
 NOTES = ("local_acc: each client's test accuracy averaged over clients, at the round of best "
          "client-mean validation accuracy (max_val_acc, FED-PUB's code), mean ± std over "
