@@ -4,7 +4,6 @@ Mechanics on Cora (METIS, 3 clients) and on toy graphs; tiny sizes so it stays f
 import json
 import math
 from dataclasses import replace
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -23,8 +22,11 @@ from graphfed.algorithms.averaging.fedsage_plus.impair import (
 from graphfed.algorithms.averaging.fedsage_plus.messages import GEN
 from graphfed.algorithms.registry import get_algorithm
 from graphfed.config import load_config
+from graphfed.data.federated import NodeClient
 from graphfed.experiment import build_federation, run_experiment
+from graphfed.models.gnn import ModelOptions, build_model
 from graphfed.protocol import ClientContext, ClientSize, Setup
+from graphfed.training.batches import PreparedNodeClient
 from tests.conftest import require
 
 TINY = ["dataset=Cora", "partition=metis", "device=cpu", "model.name=mlp_sage",
@@ -122,7 +124,8 @@ def test_greedy_feature_loss_is_zero_on_the_true_neighbours_and_takes_the_closes
 
 def _toy_client(cid, seed):
     graph = _toy_graph(seed=seed)
-    data = SimpleNamespace(graph=graph, x=graph.x, global_ids=torch.arange(graph.num_nodes))
+    data = PreparedNodeClient(NodeClient(graph, torch.arange(graph.num_nodes)), build_model(
+        "node", graph.num_features, 3, ModelOptions(name="mlp")), torch.device("cpu"))
     return ClientContext(cid, data, {}, trainer=None)
 
 

@@ -271,7 +271,7 @@ def test_every_paper_table_loads_with_the_table_schema():
     root = files("graphfed.reproduce") / "tables"
     names = {(paper.name, t.name.removesuffix(".csv")) for paper in root.iterdir()
              for t in paper.iterdir()}
-    assert len(names) == 16
+    assert len(names) == 17  # every published table the presets print beside their own
     for paper, table in names:
         with (root / paper / f"{table}.csv").open(encoding="utf-8") as f:
             assert tuple(next(csv.reader(f))) == PAPER_COLUMNS

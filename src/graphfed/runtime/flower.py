@@ -52,7 +52,8 @@ def discover_clients(grid: Grid, num_clients: int, wait: float, partition_id: st
                 {**control, "challenge": challenges[node]})}), node, "query",
                 group_id="discover") for node in nodes]
     mapping: dict[int, int] = {}
-    for reply in grid.send_and_receive(asks, timeout=wait):
+    replies = list(grid.send_and_receive(asks, timeout=wait))
+    for reply in replies:
         node = reply.metadata.src_node_id
         if reply.has_error():
             raise GraphfedError(f"node {node} could not say which client it is: "
@@ -74,6 +75,10 @@ def discover_clients(grid: Grid, num_clients: int, wait: float, partition_id: st
             raise GraphfedError(f"two SuperNodes both hold client {client}'s data")
         mapping[client] = node
     missing = sorted(set(range(num_clients)) - set(mapping))
+    if missing and len(replies) < len(asks):
+        raise GraphfedError(f"only {len(replies)} of {len(asks)} connected SuperNodes said "
+                            f"which client they hold within {wait:.0f}s (clients {missing} "
+                            "unaccounted for): a node is overloaded or stuck; try again")
     if missing:
         raise GraphfedError(f"no connected SuperNode holds clients {missing}")
     return mapping
