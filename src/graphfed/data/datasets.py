@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from filelock import FileLock
 
+from graphfed.data.degree_features import one_hot_degree
 from graphfed.data.staged import CHECKSUMS, StagedRaw, is_built, is_public, mark_built
 from graphfed.errors import GraphfedError
 
@@ -347,31 +348,6 @@ def _load_pyg(spec: DatasetSpec):
             f"folder to rebuild it") from None
 
 
-def _one_hot_degree(graphs: list[Data], cap: int | None = None) -> list[Data]:
-    """Featureless graphs (IMDB-*, REDDIT-BINARY) get one-hot node degrees, as the GCFL, FedStar
-    and GPFL code does with PyG's ``OneHotDegree``. Without a cap there is one column per degree up
-    to the dataset's max degree; with one there are ``cap + 1`` columns and larger degrees fall into
-    the last (GPFL clips the degrees of its random graphs the same way), so the width, and the
-    memory, stay bounded on graphs with hubs."""
-    import torch
-    from torch_geometric.data import Data
-    from torch_geometric.utils import degree
-
-    degrees = [degree(g.edge_index[0], g.num_nodes, dtype=torch.long) for g in graphs]
-    if cap is None:
-        max_degree = int(max(int(d.max()) if d.numel() else 0 for d in degrees))
-    else:
-        max_degree = cap
-        degrees = [d.clamp(max=cap) for d in degrees]
-    out = []
-    for g, d in zip(graphs, degrees, strict=True):
-        # set the ones in a float matrix: F.one_hot would first build an int64 copy twice the size
-        x = torch.zeros(g.num_nodes, max_degree + 1)
-        x[torch.arange(g.num_nodes), d] = 1.0
-        out.append(Data(x=x, edge_index=g.edge_index, y=g.y, num_nodes=g.num_nodes))
-    return out
-
-
 def _published_splits(graph: Data) -> tuple[Tensor, Tensor, Tensor] | None:
     """The train/val/test masks of a dataset that publishes several splits (one column each),
     as booleans; None for a dataset with one split or none (Planetoid's single public split is
@@ -405,6 +381,6 @@ def load_dataset(name: str, options: dict | None = None) -> GraphDataset:
     graphs = [Data(x=g.x, edge_index=g.edge_index, y=g.y.view(-1), num_nodes=g.num_nodes)
               for g in dataset]
     if spec.degree_features or graphs[0].x is None:
-        graphs = _one_hot_degree(graphs, spec.max_degree)
+        graphs = one_hot_degree(graphs, spec.max_degree)
     num_classes = int(torch.cat([g.y for g in graphs]).max()) + 1
     return GraphDataset(canonical, "graph", graphs[0].num_features, num_classes, graphs=graphs)
