@@ -100,7 +100,7 @@ def build_algorithm(config: ExperimentConfig, seed: int, level: str, num_feature
                   initial_params=trainer.initial_params(),
                   options=config.algorithm_options(), local_epochs=config.local_epochs,
                   batch_size=config.batch_size, aggregation=config.aggregation,
-                  optimizer=optimizer, network=model)
+                  optimizer=optimizer, network=model, scored=config.client_eval)
     return algorithm, trainer, setup
 
 

@@ -140,6 +140,10 @@ class ExperimentConfig(RunSettings):
         self._check_sparse_features(level, algorithm)
         if algorithm.check is not None:
             algorithm.check(self)
+        if self.client_eval == "trained" and not algorithm.batched:
+            raise ValueError(f"client_eval=trained scores the model a client's local step ended "
+                             f"with; algorithm '{algorithm.name}' trains otherwise (its fit is "
+                             "not a local step): use client_eval=deployed")
         if self.client_global_eval and not self.partition.has_global_test:
             raise ValueError("client_global_eval needs a global test set "
                              "(partition.global_test > 0)")

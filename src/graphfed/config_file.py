@@ -56,6 +56,12 @@ class RunSettings(BaseModel):
     eval_train_split: bool = Field(
         False, description="also evaluate the model each client deploys on its training split "
         "(train_loss_deployed per client in metrics.jsonl); one more pass per evaluation")
+    client_eval: Literal["deployed", "trained"] = Field(
+        "deployed", description="the model each client is scored with: the one it deploys (the "
+        "algorithm's choice; FedAvg's clients the global model they were sent), or the one its "
+        "latest local training ended with, as FED-PUB's code scores its baselines "
+        "(rnd_local_test_acc after the round's local epochs); trained needs an algorithm whose "
+        "fit is a local step (registered batched)")
     client_global_eval: bool = Field(
         False, description="also evaluate every client's model on the global test set")
     checkpoint_every: int = Field(10, ge=0, description="0: never")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import torch
 from pydantic import BaseModel
@@ -41,6 +41,7 @@ from graphfed.training.trainer import BatchLoss, EpochHook, ExtraLoss, SplitMetr
 from graphfed.validation import OPTIONS
 
 SERVER_DEVICE = torch.device("cpu")
+TRAINED = "scored.trained"  # ctx.state: the latest local step's parameters (client_eval=trained)
 
 
 class AlgorithmOptions(BaseModel):
@@ -91,6 +92,9 @@ class Setup:
     optimizer: OptimizerOptions = field(default_factory=OptimizerOptions)
     client_sizes: tuple[ClientSize, ...] = ()
     network: nn.Module | None = field(default=None, repr=False, compare=False)
+    # the model a client is scored with: the one it deploys, or the one its latest local step
+    # trained (``Client.scored_params``; the run's ``client_eval``)
+    scored: Literal["deployed", "trained"] = "deployed"
 
     def on(self, device: torch.device | str) -> Setup:
         """This setup with the initial model on ``device`` (the server's copy lives on
@@ -254,6 +258,14 @@ class Client(ABC):
             raise NotImplementedError(f"{type(self).__name__} declares no local step")
         on = replace(ctx, data=step.trains_on(ctx.data))
         params, stats = self.local_train(step.params, on, step.extra_loss())
+        return self.step_done(message, ctx, params, stats)
+
+    def step_done(self, message: Message, ctx: ClientContext, params: Params,
+                  stats: TrainStats) -> Message:
+        """``finish_step``, where every engine hands a trained step back: first kept as the
+        model the client is scored with when the run scores trained models."""
+        if self.setup.scored == "trained":
+            ctx.state[TRAINED] = params
         return self.finish_step(message, ctx, params, stats)
 
     @staticmethod
@@ -276,10 +288,19 @@ class Client(ABC):
         ``evaluate``). Pure: no state change, no random draws."""
         return None
 
+    def scored_params(self, message: Message, ctx: ClientContext) -> Params | None:
+        """What this client is scored with: ``evaluated_params``, or, where the run scores
+        trained models, the parameters its latest local step ended with (until it first
+        trains, what it deploys)."""
+        if self.setup.scored == "trained" and TRAINED in ctx.state:
+            trained: Params = ctx.state[TRAINED]
+            return trained
+        return self.evaluated_params(message, ctx)
+
     def evaluate(self, message: Message, ctx: ClientContext) -> SplitMetrics:
-        """Metrics per split of the model this client would deploy. A client that keeps this
-        method lets an engine score its ``evaluated_params`` itself (``evaluates_params``)."""
-        params = self.evaluated_params(message, ctx)
+        """Metrics per split of the model this client is scored with. A client that keeps this
+        method lets an engine score its ``scored_params`` itself (``evaluates_params``)."""
+        params = self.scored_params(message, ctx)
         if params is None:
             raise NotImplementedError(f"{type(self).__name__} names no evaluated parameters "
                                       "and does not override evaluate")

@@ -92,8 +92,8 @@ class SimulationRuntime(Runtime):
             for c, (params, stats) in zip(clients, results, strict=True):
                 seed_all(together[c][1].seed)  # the client's own streams, as its fit's
                 try:
-                    replies[c] = self.client.finish_step(together[c][0], self.contexts[c],
-                                                         params, stats)
+                    replies[c] = self.client.step_done(together[c][0], self.contexts[c],
+                                                       params, stats)
                 except Exception as e:
                     failed[c] = _dropped(rnd, c, e)
         return move_messages(replies, SERVER_DEVICE), failed
@@ -129,7 +129,7 @@ class SimulationRuntime(Runtime):
             if ctx.trainer is not trainer or eval_refusal(ctx.trainer, ctx.data) is not None:
                 alone[c] = m
                 continue
-            params = self.client.evaluated_params(_on_device(m, ctx, on_device), ctx)
+            params = self.client.scored_params(_on_device(m, ctx, on_device), ctx)
             together[c] = EvalJob(params, ctx.data, ctx.global_test)
         return together, alone
 

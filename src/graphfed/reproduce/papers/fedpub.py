@@ -36,7 +36,8 @@ AMAZON = ["rounds=200", "local_epochs=2"]
 QUICK = ["rounds=10"]
 # the reference table's methods, then the other baselines recent papers compare on it
 METHODS = ("local", "fedavg", "fedprox", "fedper", "gcfl", "fedgnn", "fedsage+", "fed-pub",
-           "fedgta", "adafgl", "fedtad", "fgssl", "fggp", "ditto", "moon", "fedproto", "fedtgp", "fedala")
+           "fedgta", "adafgl", "fedtad", "fgssl", "fggp", "ditto", "moon", "fedproto", "fedtgp",
+           "fedala")
 # FED-PUB as the authors' disjoint script runs it (--norm-scale 3, masks initialised to one)
 # and as its code trains: its mask-sparsity and proximal terms are built from detached
 # tensors, so they add no gradient (``fed_pub.py``). Measured here on Cora K = 10: the
