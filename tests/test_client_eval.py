@@ -1,5 +1,5 @@
-"""client_eval=trained: each client scored with the model its latest local step ended with (FED-PUB's
-code scores its baselines so), on either engine; deployed stays the default."""
+"""client_eval=trained: each client scored with the model its latest local step ended with
+(FED-PUB's code scores its baselines so), on either engine; deployed stays the default."""
 
 import pytest
 import torch
