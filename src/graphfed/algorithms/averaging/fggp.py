@@ -49,6 +49,7 @@ Node level only, as both codes: the kNN view is a node graph.
 
 from __future__ import annotations
 
+import copy
 from typing import ClassVar, Literal
 
 import torch
@@ -291,7 +292,7 @@ class FGGPClient(FedAvgClient):
         """The client's subgraph with edges added between each node and its kNN under the
         global model's representation ``h``, prepared for the model."""
         data = ctx.node_data()
-        graph = data.graph.clone()
+        graph = copy.copy(data.graph)  # the edges are replaced; features stay shared
         edges = torch.cat([graph.edge_index, knn_edges(h, self.options.neighbours).cpu()], 1)
         graph.edge_index = coalesce(edges, num_nodes=graph.num_nodes)
         return PreparedNodeClient(NodeClient(graph, data.global_ids), ctx.trainer.model,

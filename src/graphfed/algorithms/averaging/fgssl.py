@@ -45,8 +45,8 @@ from pydantic import Field
 from torch import Tensor
 
 from graphfed.algorithms.averaging.fedavg import FedAvgClient, FedAvgOptions, FedAvgServer
-from graphfed.algorithms.averaging.moon import check_representation
-from graphfed.algorithms.registry import Algorithm, RunView, register
+from graphfed.algorithms.averaging.moon import needs_hidden_representation
+from graphfed.algorithms.registry import Algorithm, register
 from graphfed.mechanisms.representation import RepresentationTap
 from graphfed.messages import Message
 from graphfed.protocol import ClientContext
@@ -225,21 +225,12 @@ class FgsslClient(FedAvgClient):
         return self.reply(params, ctx, stats)
 
 
-def check_fgssl(run: RunView) -> None:
-    """MOON's rule, the terms being on the same hidden representation: a node model whose
-    output layer reads the input features has none."""
-    try:
-        check_representation(run)
-    except ValueError as error:
-        raise ValueError(str(error).replace("moon", "fgssl", 1)) from None
-
-
 FGSSL = register(Algorithm(
     "fgssl", FedAvgServer, FgsslClient, FgsslOptions,
     family="averaging",
     paper="Huang et al., IJCAI 2023 (FGSSL)",
     levels=("node",),
-    check=check_fgssl,
+    check=needs_hidden_representation("fgssl"),
     description="FedAvg whose local training contrasts node representations with the global "
                 "model's same- and other-class nodes and distils its neighbour-similarity "
                 "distributions"))

@@ -39,7 +39,7 @@ from pydantic import Field
 from torch import Tensor
 
 from graphfed.algorithms.averaging.fedavg import FedAvgClient, FedAvgOptions, FedAvgServer
-from graphfed.algorithms.registry import Algorithm, RunView, register
+from graphfed.algorithms.registry import Algorithm, Check, RunView, register
 from graphfed.mechanisms.representation import RepresentationTap
 from graphfed.messages import Message
 from graphfed.protocol import ClientContext
@@ -149,15 +149,17 @@ class MoonClient(FedAvgClient):
         return self.reply(params, ctx, stats)
 
 
-def check_representation(run: RunView) -> None:
-    """The contrast is between hidden representations: a node model whose output layer reads
-    the input features (SGC, a one-layer model) has none to train."""
-    model = run.model
-    if run.level == "node" and (model.name == "sgc"
-                                or (model.layers < 2 and model.name != "mlp_sage")):
-        raise ValueError("moon contrasts the hidden representation a model's output layer "
-                         f"reads; model {model.name} with {model.layers} layer(s) has none "
-                         "(use model.layers >= 2, not sgc)")
+def needs_hidden_representation(method: str) -> Check:
+    """The check of a method whose terms act on hidden representations: a node model whose
+    output layer reads the input features (SGC, a one-layer model) has none to train."""
+    def check(run: RunView) -> None:
+        model = run.model
+        if run.level == "node" and (model.name == "sgc"
+                                    or (model.layers < 2 and model.name != "mlp_sage")):
+            raise ValueError(f"{method} contrasts the hidden representation a model's output "
+                             f"layer reads; model {model.name} with {model.layers} layer(s) "
+                             "has none (use model.layers >= 2, not sgc)")
+    return check
 
 
 MOON = register(Algorithm(
@@ -165,6 +167,6 @@ MOON = register(Algorithm(
     family="averaging",
     paper="Li et al., CVPR 2021 (MOON)",
     levels=("node", "graph"),
-    check=check_representation,
+    check=needs_hidden_representation("moon"),
     description="FedAvg with a model-contrastive loss pulling each local representation "
                 "towards the global model's and away from the previous local model's"))
