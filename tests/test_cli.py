@@ -143,13 +143,14 @@ def test_run_report_and_partition_commands(tmp_path, monkeypatch):
                            if line.count("│") > 2)
     assert "demo-local-run" in first_column
     result = invoke("partition", "configs/quickstart.yaml", "num_clients=3", "--json")
-    rows = json.loads(result.output)["clients"]
+    rows = json.loads(result.output)["rows"]
     assert len(rows) == 3 and sum(r["samples"] for r in rows) == 2708
-    result = invoke("partition", "dataset=Cora", "partition=fedego_louvain", "num_clients=5",
-                    "--json")
-    shown = json.loads(result.output)
-    assert sum(shown["global_test_label_counts"]) + sum(
-        r["samples"] for r in shown["clients"]) == 2708  # part 0 plus the five clients
+    args = ["partition", "dataset=Cora", "partition=fedego_louvain", "num_clients=5"]
+    shown = json.loads(invoke(*args, "--json").output)
+    held_out = re.search(r"global test set: (\d+) nodes", invoke(*args).output)
+    assert held_out is not None
+    assert int(held_out[1]) + sum(
+        r["samples"] for r in shown["rows"]) == 2708  # part 0 plus the five clients
     result = invoke("datasets")
     assert result.exit_code == 0 and "Cora" in result.output and "present" in result.output
 

@@ -199,7 +199,7 @@ def test_the_report_is_shown_for_any_node_level_partition():
     table = invoke("partition", *cora, "--minority")
     assert table.exit_code == 0, table.output
     assert "majority and minority nodes per client" in table.output
-    rows = json.loads(invoke("partition", *cora, "--json").stdout)["clients"]
+    rows = json.loads(invoke("partition", *cora, "--json").stdout)["rows"]
     for r in rows:
         assert r["majority_nodes"] + r["minority_nodes"] == r["samples"]
         assert 0 <= r["minority_homophily"] <= 1 and 0 <= r["majority_homophily"] <= 1

@@ -29,7 +29,7 @@ from graphfed.serialization import atomic_write, graph_classes, read_metrics_tor
 
 # config keys a resumed seed may differ in: where it runs and how it is filed, not what it
 # computes (its own seed stands in for seed and seeds)
-RESUME_FREE_KEYS = ("name", "device", "checkpoint_every", "seed", "seeds", "threads")
+RESUME_FREE_KEYS = ("name", "device", "checkpoint_every", "seed", "seeds", "threads", "log")
 
 log = logging.getLogger(__name__)
 

@@ -38,6 +38,7 @@ from graphfed.models.gnn import MODEL_LEVELS, SPARSE_INPUT_MODELS, ModelOptions
 from graphfed.protocol import AlgorithmOptions
 from graphfed.runtime.base import clients_per_round
 from graphfed.runtime.flower_options import FlowerOptions
+from graphfed.trackers import LogOptions
 from graphfed.training.trainer import OptimizerOptions
 from graphfed.validation import did_you_mean
 
@@ -64,6 +65,10 @@ class ExperimentConfig(RunSettings):
         default_factory=AttackOptions, description="simulated attackers: a share of the "
         "clients (fraction) that send sign-flipped, scaled or random updates or lie about size")
     csbm: CSBMOptions | None = None
+    log: LogOptions = Field(
+        default_factory=LogOptions, description="experiment trackers each seed's rounds, "
+        "config and summary also go to (trackers: tensorboard, mlflow); the run directory "
+        "holds everything without them")
     methods: dict[str, AlgorithmOptions] = Field(
         default_factory=dict, description="per-algorithm option sections, e.g. fedprox.mu")
 
@@ -289,7 +294,8 @@ def _section_class(loc: tuple) -> type[BaseModel] | None:
         return PARTITIONS.get(loc[1])
     sections: dict[str, type[BaseModel]] = {
         "model": ModelOptions, "optimizer": OptimizerOptions, "csbm": CSBMOptions,
-        "flower": FlowerOptions, "aggregation": AggregationOptions, "attack": AttackOptions}
+        "flower": FlowerOptions, "aggregation": AggregationOptions, "attack": AttackOptions,
+        "log": LogOptions}
     if head in sections:
         return sections[head]
     if isinstance(head, str) and _is_algorithm(head):

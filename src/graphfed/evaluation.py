@@ -7,6 +7,8 @@ and can be checked by hand. Per client, for each split ``s`` it evaluated (``val
 
 * ``s_acc``, ``s_loss``, ``s_macro_f1``, ``s_count``: accuracy, mean cross-entropy, macro-F1 and
   the number of samples;
+* ``s_roc_auc`` (binary tasks only): the ROC-AUC of the positive-class score, ties counting half
+  (``metrics.roc_auc``); absent when the split holds one class only;
 * ``s_minority_acc``, ``s_minority_count`` (the client's own splits): the same on the samples
   whose label is not the client's training-majority class (the most frequent training label, the
   smallest on a tie); the accuracy is absent when the count is 0;
@@ -22,6 +24,10 @@ Run level, for ``s`` in ``val``, ``test``:
 * ``s_minority_acc``: the mean over the clients that have minority samples; a client without any
   is left out, not counted as 0 or 1; ``s_minority_acc_pooled``: all clients' correct minority
   samples over all their minority samples;
+* ``s_roc_auc`` (binary tasks): the mean over the clients that have one. There is no pooled
+  ROC-AUC: it ranks every positive against every negative of *all* clients, and a record holds
+  its client's AUC, not its scores, so the pairs across clients are not there to count (no mean
+  of AUCs, weighted or not, equals it);
 * ``train_loss_deployed`` and its ``_std``, ``_var``, ``_entropy`` (whenever records carry it):
   the fairness of the deployed models across the clients, as q-FFL (Li et al. 2020) and FairGFL
   (Zhou et al. 2025, Sec. VII-A) measure it on the clients' *training* losses F_i, over every
@@ -30,10 +36,10 @@ Run level, for ``s`` in ``val``, ``test``:
 
 Every one of these run-level numbers is self-reported (``self_reported`` names them for a
 summary): each is computed from the clients' own evaluations, which the server cannot repeat (it
-holds none of their data). The boundary bounds them (``protocol.METRICS``: accuracies in [0, 1],
-finite non-negative losses, and the validation and test counts the partition gives, see
-``runtime.base``); within those bounds a client's claim stands. What the server measures itself
-(``global_test_*``, on the global model) is not among them.
+holds none of their data). The boundary bounds them (``messages.METRICS``: accuracies and the
+ROC-AUC in [0, 1], finite non-negative losses, and the validation and test counts the partition
+gives, see ``runtime.base``); within those bounds a client's claim stands. What the server
+measures itself (``global_test_*``, on the global model) is not among them.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from graphfed.metrics import client_summary, mean_std
 
 OWN_SPLITS = ("val", "test")
 RECORDED = ("acc", "loss", "macro_f1")
+OPTIONAL = ("roc_auc",)  # recorded where the split's metrics have it (binary tasks)
 
 
 def client_record(client: int, metrics: dict[str, dict]) -> dict:
@@ -53,6 +60,7 @@ def client_record(client: int, metrics: dict[str, dict]) -> dict:
             continue
         m = metrics[split]
         record.update({f"{split}_{key}": m[key] for key in RECORDED})
+        record.update({f"{split}_{key}": m[key] for key in OPTIONAL if key in m})
         record[f"{split}_count"] = m["n"]
         if "minority_n" in m:
             record[f"{split}_minority_count"] = m["minority_n"]
@@ -104,7 +112,8 @@ def self_reported(records: list[dict]) -> list[str]:
 
 
 def pooled_summary(records: list[dict], split: str) -> dict:
-    """Pooled accuracy and loss of ``split``, and its minority accuracy (client mean, pooled)."""
+    """Pooled accuracy and loss of ``split``, its minority accuracy (client mean, pooled) and
+    its ROC-AUC (client mean; no pooled value, see the module's docstring)."""
     out: dict = {}
     having = [r for r in records if f"{split}_count" in r]
     if having:
@@ -115,4 +124,7 @@ def pooled_summary(records: list[dict], split: str) -> dict:
         key = f"{split}_minority_acc"
         out[key] = client_mean(minority, key)
         out[f"{key}_pooled"] = pooled(minority, key, f"{split}_minority_count")
+    ranked = [r for r in records if f"{split}_roc_auc" in r]
+    if ranked:
+        out[f"{split}_roc_auc"] = client_mean(ranked, f"{split}_roc_auc")
     return out

@@ -32,6 +32,7 @@ from graphfed.build import (
     build_client,
     build_server,
     client_context,
+    config_dataset,
     federated_data,
     prepare_global_test,
     resolve_device,
@@ -39,6 +40,7 @@ from graphfed.build import (
 from graphfed.checkpoints import fingerprint, load_checkpoint, resumed_lines, save_checkpoint
 from graphfed.config import ConfigError, ExperimentConfig, load_config
 from graphfed.data.federated import FederatedData
+from graphfed.data.heterogeneity import stored_card
 from graphfed.evaluation import client_record, self_reported, summarise
 from graphfed.progress import RoundProgress
 from graphfed.protocol import Server
@@ -53,6 +55,7 @@ from graphfed.serialization import (
     writing,
 )
 from graphfed.tensors import move_tensors
+from graphfed.trackers import open_trackers
 from graphfed.training import PreparedClient, Trainer
 
 FINAL_KEYS = ("test_acc", "test_acc_std", "test_macro_f1", "test_loss", "val_acc",
@@ -61,7 +64,7 @@ FINAL_KEYS = ("test_acc", "test_acc_std", "test_macro_f1", "test_loss", "val_acc
               "train_loss_deployed_var", "train_loss_deployed_entropy",
               "test_acc_var", "test_acc_entropy", "test_loss_var", "test_loss_entropy",
               "test_acc_pooled", "test_minority_acc", "test_minority_acc_pooled", "val_loss",
-              "val_acc_pooled", "val_loss_pooled")
+              "val_acc_pooled", "val_loss_pooled", "test_roc_auc")
 CHECKPOINT = "checkpoint.pt"
 
 log = logging.getLogger(__name__)
@@ -186,13 +189,17 @@ def run_seed(fed: Federation, seed_dir: Path, progress: RoundProgress | None = N
         lines = resumed_lines(metrics_path, ckpt_path, done)
         start_round = done + 1
     atomic_write(metrics_path, "".join(json.dumps(line) + "\n" for line in lines).encode())
-    clock = time.perf_counter()
-    with metrics_path.open("a") as out:
+    first_step = 0 if start_round == 1 else start_round
+    with metrics_path.open("a") as out, open_trackers(config.log, config.to_dict(), seed_dir,
+                                                      fed.seed, first_step) as trackers:
+        clock = time.perf_counter()  # the run's time, without the trackers' start
+
         def append(line: dict) -> None:
             with writing(metrics_path):
                 out.write(json.dumps(line) + "\n")
                 out.flush()
             lines.append(line)
+            trackers.round(line)  # observers of the line on disk, never in its way
 
         setup_line = fed.setup() if start_round == 1 else None
         if setup_line is not None:
@@ -209,9 +216,10 @@ def run_seed(fed: Federation, seed_dir: Path, progress: RoundProgress | None = N
                 with writing(metrics_path):  # the rounds a checkpoint follows reach the disk
                     os.fsync(out.fileno())
                 save_checkpoint(ckpt_path, fed, rnd, elapsed + time.perf_counter() - clock)
-    seconds = elapsed + time.perf_counter() - clock
-    summary = seed_summary(fed, lines, seconds)
-    _write_json(seed_dir / "summary.json", summary)
+        seconds = elapsed + time.perf_counter() - clock
+        summary = seed_summary(fed, lines, seconds)
+        _write_json(seed_dir / "summary.json", summary)
+        trackers.finish(summary)
     ckpt_path.unlink(missing_ok=True)
     return summary
 
@@ -237,6 +245,8 @@ def seed_summary(fed: Federation, lines: list[dict], seconds: float) -> dict:
                "eval_seconds": sum(line.get("eval_seconds", 0.0) for line in lines)}
     # the final numbers computed from what the clients claim (their evaluations), not checked
     summary["self_reported"] = [k for k in self_reported(last_eval["clients"]) if k in final]
+    summary["heterogeneity"] = stored_card(fed.data, config_dataset(fed.config),
+                                           fed.config.features)
     chosen = attackers(fed.config, fed.seed, fed.data.num_clients)
     if chosen:
         summary["attackers"] = chosen

@@ -239,7 +239,8 @@ EVALUATED_SPLITS = ("val", "test", "train", "global")
 
 METRICS: dict[str, ScalarRange] = {
     "acc": UNIT, "loss": replace(LOSS, nan=True), "macro_f1": UNIT, "micro_f1": UNIT.optional,
-    "n": COUNT, "minority_n": COUNT.optional, "minority_acc": UNIT.optional}
+    "n": COUNT, "minority_n": COUNT.optional, "minority_acc": UNIT.optional,
+    "roc_auc": UNIT.optional}
 
 def check_metrics(metrics: Any, sender: str) -> None:
     """Raise MessageError unless ``metrics`` is an evaluate reply: for some of

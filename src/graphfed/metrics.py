@@ -1,4 +1,5 @@
-"""Metrics as tensor ops: accuracy, micro/macro F1, and fairness across clients."""
+"""Metrics as tensor ops: accuracy, micro/macro F1, ROC-AUC of binary tasks, and fairness
+across clients."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from torch import Tensor
 def classification_metrics(logits: Tensor, target: Tensor, num_classes: int,
                            majority: int | None = None) -> dict[str, float]:
     """Accuracy, mean cross-entropy, micro-F1 and macro-F1 (over classes present in the targets
-    or the predictions, as scikit-learn averages) and the sample count ``n``.
+    or the predictions, as scikit-learn averages) and the sample count ``n``; of a binary task
+    (``num_classes`` 2) also ``roc_auc`` of the positive-class score (``positive_score``),
+    absent where the targets hold one class only.
 
     With a ``majority`` class (the client's training majority) also ``minority_n``, the samples
     of any other class, and ``minority_acc``, the accuracy on them (absent when there are none:
@@ -66,18 +69,50 @@ def joined_classification_metrics(logits: Tensor, target: Tensor, segments: Segm
                                minlength=sets * c * c)
     losses = torch.bincount(segment, F.cross_entropy(logits, target, reduction="none").double(),
                             minlength=sets)
+    parts = [confusion.double(), losses]
+    if c == 2:  # each row's positive-class score and label, for the ROC-AUC, in the same read
+        parts += [positive_score(logits).double(), target.double()]
     # the rest on C x C arrays in NumPy: a dozen tiny torch operations cost more than the pass
-    read = torch.cat([confusion.double(), losses]).cpu().numpy()
-    confusions = read[:-sets].reshape(sets, c, c)
-    loss_sums = read[-sets:]
-    return [_metrics(confusion, float(loss), n, majority) for confusion, loss, n, majority
-            in zip(confusions, loss_sums, segments.sizes, majorities, strict=True)]
+    read = torch.cat(parts).cpu().numpy()
+    confusions = read[:sets * c * c].reshape(sets, c, c)
+    loss_sums = read[sets * c * c:sets * c * c + sets]
+    aucs: list[float | None] = [None] * sets
+    if c == 2:
+        scores, labels = np.split(read[sets * c * c + sets:], 2)
+        ends = np.cumsum(segments.sizes)
+        aucs = [roc_auc(s, y == 1) for s, y in zip(np.split(scores, ends[:-1]),
+                                                    np.split(labels, ends[:-1]), strict=True)]
+    return [_metrics(confusion, float(loss), n, majority, auc)
+            for confusion, loss, n, majority, auc
+            in zip(confusions, loss_sums, segments.sizes, majorities, aucs, strict=True)]
 
 
-def _metrics(confusion: np.ndarray, loss_sum: float, n: int, majority: int | None
-             ) -> dict[str, float]:
+def positive_score(logits: Tensor) -> Tensor:
+    """A binary task's score of class 1 per row: the logit margin over class 0, which orders
+    the rows as the positive-class probability (its sigmoid) does, without the probability's
+    float32 saturation turning confident rows into ties."""
+    return logits[:, 1] - logits[:, 0]
+
+
+def roc_auc(scores: np.ndarray, positive: np.ndarray) -> float | None:
+    """Area under the ROC curve of ``scores`` for the rows marked ``positive``: the share of
+    (positive, negative) pairs whose positive scores higher, a tie counting half (the
+    Mann-Whitney U over n_pos x n_neg, from average ranks). None where one class is absent:
+    there is no pair to rank, and a made-up 0.5 would pass for a coin-flip model."""
+    n_pos = int(positive.sum())
+    n_neg = len(positive) - n_pos
+    if not n_pos or not n_neg:
+        return None
+    _, value_of, counts = np.unique(scores, return_inverse=True, return_counts=True)
+    # the 1-based rank of a value's rows: the rows below it plus the mean place among its ties
+    ranks = (np.cumsum(counts) - counts + (counts + 1) / 2)[value_of]
+    return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def _metrics(confusion: np.ndarray, loss_sum: float, n: int, majority: int | None,
+             auc: float | None) -> dict[str, float]:
     """``classification_metrics`` from a set's confusion matrix (targets by rows, predictions
-    by columns, float64) and its summed cross-entropy."""
+    by columns, float64), its summed cross-entropy and its ROC-AUC (None: not recorded)."""
     tp = confusion.diagonal()
     fp = confusion.sum(0) - tp
     fn = confusion.sum(1) - tp
@@ -96,6 +131,8 @@ def _metrics(confusion: np.ndarray, loss_sum: float, n: int, majority: int | Non
         out["minority_n"] = minority_n
         if minority_n:
             out["minority_acc"] = float((tp.sum() - tp[majority]) / minority_n)
+    if auc is not None:
+        out["roc_auc"] = auc
     return out
 
 
@@ -113,6 +150,21 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
         return float("nan"), float("nan")
     t = torch.tensor(values, dtype=torch.float64)
     return float(t.mean()), float(t.std(unbiased=False))
+
+
+def t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float] | None:
+    """The two-sided Student-t confidence interval of the mean, x̄ ± t_{(1+level)/2, n−1} · s/√n
+    with s the sample standard deviation: right for the few seeds a table pools, where the
+    normal interval would be too narrow. None below two values (no spread to measure)."""
+    from scipy import stats
+
+    if len(values) < 2:
+        return None
+    sample = np.asarray(values, dtype=np.float64)
+    mean = float(sample.mean())
+    half = float(stats.t.ppf((1 + level) / 2, len(sample) - 1)
+                 * sample.std(ddof=1) / math.sqrt(len(sample)))
+    return mean - half, mean + half
 
 
 def variance(values: Sequence[float]) -> float:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from graphfed.data.heterogeneity import is_card
 from graphfed.errors import GraphfedError
 from graphfed.metrics import mean_std, pearson
 from graphfed.plotting import legend_outside, saved_figure, title
@@ -20,10 +21,14 @@ RUN_SUMMARY_KEYS = ("algorithm", "dataset", "seeds", "over_seeds", "partition_id
 
 
 def load_run(run_dir: str | Path) -> dict:
+    """A finished run's top-level summary (with ``run_dir``), refused when damaged."""
     path = Path(run_dir) / "summary.json"
     if not path.is_file():
         raise GraphfedError(f"'{run_dir}' has no summary.json (not a finished graphfed run)")
     summary = read_json(path, "run summary", RUN_SUMMARY_KEYS)
+    card = summary.get("heterogeneity")
+    if card is not None and not is_card(card):
+        raise GraphfedError(f"{path} is damaged: its heterogeneity is not a heterogeneity card")
     summary["run_dir"] = str(run_dir)
     return summary
 

@@ -56,7 +56,8 @@ def new_run_dir(config: ExperimentConfig, out: Path, announce: str | None = None
 
 def combine_seeds(config: ExperimentConfig, summaries: list[dict]) -> dict:
     """Top-level summary: final metrics averaged over seeds, plus mean/std/values per metric,
-    and the engine the clients trained on."""
+    the engine the clients trained on, and the heterogeneity card of ``partition_id`` (the
+    first seed's partition; each seed's summary has its own)."""
     keys = [k for k in summaries[0]["final"] if all(k in s["final"] for s in summaries)]
     over = {}
     for key in keys:
@@ -68,6 +69,7 @@ def combine_seeds(config: ExperimentConfig, summaries: list[dict]) -> dict:
         "seeds": [s["seed"] for s in summaries],
         "partition_id": summaries[0]["partition_id"],
         "partition_ids": {str(s["seed"]): s["partition_id"] for s in summaries},
+        "heterogeneity": summaries[0].get("heterogeneity"),  # None: a seed summary without one
         "final": {k: v["mean"] for k, v in over.items()},
         "over_seeds": over,
         "self_reported": sorted({k for s in summaries for k in s.get("self_reported", [])}

@@ -38,15 +38,19 @@ def partition(
                     ] = None,
     plot: Annotated[Path | None, typer.Option(help="save a label-distribution plot here")
                     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print the rows as JSON")] = False,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="print the heterogeneity card as JSON, the client rows under 'rows'")
+                       ] = False,
     minority: Annotated[bool, typer.Option(
         "--minority", help="node level: also print each client's majority class, its majority "
         "and minority node counts and their node homophily (FedSpray's Table 1; --json rows "
         "always have them)")] = False,
 ) -> None:
-    """Build (or reload) the federated data simulation of a config and describe each client."""
-    from graphfed.build import federated_data
+    """Build (or reload) the federated data simulation of a config, describe each client and
+    print the partition's heterogeneity card."""
+    from graphfed.build import config_dataset, federated_data
     from graphfed.config import load_config
+    from graphfed.data.heterogeneity import stored_card
     from graphfed.data.stats import client_stats, label_counts, plot_label_distribution
 
     if plot is not None:
@@ -57,14 +61,13 @@ def partition(
     if minority and data.level != "node":
         fail(f"--minority describes node-level clients; {data.dataset} is {data.level}-level")
     rows = client_stats(data)
+    card = stored_card(data, config_dataset(config), config.features)
     shared = (None if data.global_test is None
               else label_counts(data.global_test, data.num_classes))  # a skewed one shows here
     public = (None if data.public is None
               else label_counts(data.public, data.num_classes))  # the server's own nodes
     if as_json:
-        console.print_json(json.dumps({"partition_id": data.partition_id, "clients": rows,
-                                       "global_test_label_counts": shared,
-                                       "public_label_counts": public}))
+        console.print_json(json.dumps({**card, "rows": rows}))
     else:
         unit = "nodes" if data.level == "node" else "graphs"
         table = Table(title=f"{data.dataset}: {data.num_clients} clients, partition "
@@ -90,6 +93,7 @@ def partition(
                           "that each other client also holds (FairGFL Eqs. 8, 10)")
         if minority:
             console.print(_minority_table(rows))
+        console.print(card_table([(data.partition_id, card)]))
     if plot is not None:
         plot_label_distribution(data, plot)
         console.print(f"plot: {plot}")
@@ -107,4 +111,20 @@ def _minority_table(rows: list[dict]) -> Table:
         table.add_row(str(r["client"]), str(r["majority_class"]), str(r["majority_nodes"]),
                       str(r["minority_nodes"]), fmt(r["majority_homophily"]),
                       fmt(r["minority_homophily"]))
+    return table
+
+
+def card_table(cards: list[tuple[str, dict | None]]) -> Table:
+    """The named heterogeneity cards (``graphfed.data.heterogeneity``; None: a run that stored
+    none) side by side, a row per measure, '-' where one does not apply."""
+    from graphfed.data.heterogeneity import MEANINGS
+
+    table = Table(title="heterogeneity of the partition")
+    table.add_column("measure")
+    for name, _ in cards:
+        table.add_column(name, overflow="fold", justify="right")
+    table.add_column("what it is", overflow="fold")
+    for key, meaning in MEANINGS.items():
+        values = [(card or {}).get(key) for _, card in cards]
+        table.add_row(key, *(str(v) if isinstance(v, int) else fmt(v) for v in values), meaning)
     return table

@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from graphfed.cli.common import check_plot_path, console, readable
+from graphfed.cli.data import card_table
 
 HEADERS = {"test_acc": "test acc", "global_test_acc": "global acc",
            "test_macro_f1": "macro-F1", "bytes_total": "MiB", "gradient_fairness": "fairness"}
@@ -33,7 +34,8 @@ def report(
         help="metric plotted against the round (default: test_acc, or global_test_acc where "
              "the clients hold no test split)")] = None,
 ) -> None:
-    """Print a mean ± std table over seeds and save accuracy-vs-round plots."""
+    """Print a mean ± std table over seeds and the runs' heterogeneity cards (their first
+    seed's partition), and save accuracy-vs-round plots."""
     from graphfed.report import TABLE_METRICS, load_run, mean_curves, plot_curves, summary_rows
 
     target = plot or Path(run_dirs[0]) / "report.png"
@@ -55,5 +57,8 @@ def report(
         cells.append("-" if fairness is None else f"{fairness:.3f}")
         table.add_row(*cells)
     console.print(table)
+    if any(run.get("heterogeneity") for run in runs):
+        console.print(card_table([(row["run"], run.get("heterogeneity"))
+                                  for row, run in zip(rows, runs, strict=True)]))
     plot_curves(curves, sorted({run["dataset"] for run in runs}), target, metric)
     console.print(f"plot: {target}")

@@ -49,7 +49,7 @@ def reproduce(
     from graphfed.reproduce.execute import Interrupted
     from graphfed.reproduce.runner import reproduce as run_preset
     from graphfed.reproduce.selection import tag
-    from graphfed.reproduce.write import format_ours
+    from graphfed.reproduce.write import format_interval, format_ours
 
     if list_presets or name is None:
         for preset in load_presets().values():
@@ -71,11 +71,12 @@ def reproduce(
         errors.print(escape(str(stop)), highlight=False, soft_wrap=True)
         raise typer.Exit(130) from None
     table = Table(title=f"{name}: ours (mean ± std) beside the paper")
-    for col in ("method", "dataset", "metric", "ours", "paper", "select"):
+    for col in ("method", "dataset", "metric", "ours", "95 % CI", "seeds", "paper", "select"):
         table.add_column(col)
     for r in rows:
         table.add_row(escape(r["method"]), r["dataset"], r["metric"], format_ours(r),
-                      r["paper"] or "", tag(r["select"]))
+                      format_interval(r), str(r.get("n_seeds", "")), r["paper"] or "",
+                      tag(r["select"]))
     console.print(table)
     for reason in skipped:
         errors.print(f"[yellow]skipped[/] {reason}", highlight=False)

@@ -25,6 +25,7 @@ from graphfed.data.partition import (
     check_flip_length,
     check_partition_level,
 )
+from graphfed.data.partition.base import PublishedSplitOption
 from graphfed.data.partition.fedego import renumbered_graph
 from graphfed.data.partition.graph import flip_edges
 from graphfed.data.partition.plan import TRAIN, SplitPlan
@@ -150,6 +151,8 @@ def build_partition(data: GraphDataset, options: PartitionBase, num_clients: int
             if isinstance(options, RatioPartition)
             else options.plan(data.graph, item_labels(data), num_clients, seed, rng,
                               data.name))
+    if isinstance(options, PublishedSplitOption):
+        plan = options.published_roles(plan, data.name, data.level, data.splits)
     perturbed = (_flipped_training_edges(data.graphs, plan, options.edge_flip, rng)
                  if options.edge_flip is not None else [])
     return PartitionArtifact(partition_id(params), params, data.level, plan.client_ids,

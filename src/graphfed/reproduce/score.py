@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from graphfed.errors import GraphfedError
-from graphfed.metrics import mean_std
+from graphfed.metrics import mean_std, t_interval
 from graphfed.reproduce.plan import Cell
 from graphfed.reproduce.preset import Preset, Variant
 from graphfed.reproduce.selection import evaluated, selected_round
@@ -46,6 +46,11 @@ class Metric:
     supplies itself (``Preset.computed``), shown with ``decimals``."""
 
     decimals: int = 3
+    better: str | None = None  # "higher" or "lower": which way a table marks the best row
+
+    def direction(self) -> str | None:
+        """Which way is better (None: a table marks no best row for this metric)."""
+        return self.better
 
     def read(self, cells: list[Cell], scoring: Scoring) -> Reading | None:
         """The values over every seed of ``cells`` (one cell per fold; none for a setting that
@@ -99,9 +104,23 @@ class RoundValue(Metric):
     key: str
     rule: str | None = None
 
+    def direction(self) -> str | None:
+        """As declared, else read off the key: accuracies, F1 and AUC up, losses down."""
+        if self.better:
+            return self.better
+        stem = self.key.removesuffix("_pooled").rsplit("_", 1)[-1]
+        return {"acc": "higher", "f1": "higher", "auc": "higher", "loss": "lower"}.get(stem)
+
     def read(self, cells: list[Cell], scoring: Scoring) -> Reading:
         rule = self.rule or scoring.rule
-        return each_seed(cells, lambda c, s: seed_round(c, s, self.key, rule).get(self.key)), rule
+
+        def value(cell: Cell, seed: int) -> float | None:
+            rounds = evaluated(seed_lines(cell, seed))
+            if not any(self.key in r for r in rounds):
+                return None  # a task that does not record it (ROC-AUC on a multi-class set)
+            return selected_round(rule, rounds, self.key).get(self.key)
+
+        return each_seed(cells, value), rule
 
 
 @dataclass(frozen=True)
@@ -166,7 +185,9 @@ def cell_rows(scoring: Scoring, variant: Variant, dataset: str, cells: list[Cell
         values, select = reading
         finite = [v for v in values or [] if not math.isnan(v)]
         mean, std = mean_std(finite) if finite else (None, None)
+        ci_low, ci_high = t_interval(finite) or (None, None)
         rows.append({"method": variant.method, "dataset": dataset, "metric": name,
-                     "ours_mean": mean, "ours_std": std, "paper": paper, "select": select,
+                     "ours_mean": mean, "ours_std": std, "ci_low": ci_low, "ci_high": ci_high,
+                     "n_seeds": len(finite), "paper": paper, "select": select,
                      "nan_seeds": len(values or []) - len(finite)})
     return rows

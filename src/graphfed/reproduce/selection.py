@@ -17,11 +17,16 @@ SELECTORS = {
     "min_val_loss": "every metric at the evaluated round of lowest pooled validation loss",
     "max_val_acc": "every metric at the evaluated round of highest validation accuracy averaged "
                    "over clients (FED-PUB's code)",
+    "max_val_roc_auc": "every metric at the evaluated round of highest validation ROC-AUC "
+                       "averaged over clients (binary tasks; Platonov et al.'s rule)",
 }
 TEST_SELECTED = ("max", "best_last_10")
 LAST = 10
 VAL_LOSS = "val_loss_pooled"
 VAL_ACC = "val_acc"  # the unweighted mean over clients, as FED-PUB's ``Acc @ Best Val All``
+# the validation key each validation rule picks its round by, and whether lower is better
+BY_VALIDATION = {"min_val_loss": (VAL_LOSS, True), "max_val_acc": (VAL_ACC, False),
+                 "max_val_roc_auc": ("val_roc_auc", False)}
 
 
 def check_selector(rule: str) -> str:
@@ -43,16 +48,17 @@ def evaluated(lines: list[dict]) -> list[dict]:
 def selected_round(rule: str, rounds: list[dict], key: str) -> dict:
     """The evaluated round (a line of ``metrics.jsonl``) the rule reports ``key`` from; on a tie
     the earliest. ``min_val_loss`` picks one round whatever the key, so all of a seed's numbers
-    come from the same model; so does ``max_val_acc``."""
+    come from the same model; so do the other validation rules."""
     if rule == "final":
         return rounds[-1]
-    if rule in ("min_val_loss", "max_val_acc"):
-        by = VAL_LOSS if rule == "min_val_loss" else VAL_ACC
+    if rule in BY_VALIDATION:
+        by, lower = BY_VALIDATION[rule]
         scored = [r for r in rounds if by in r]
         if not scored:
             raise GraphfedError(f"select {rule}: the run records no {by} (no validation "
-                                "samples, or a run from before it was recorded)")
-        return (min(scored, key=lambda r: r[by]) if rule == "min_val_loss"
+                                "samples, a task it does not apply to, or a run from before "
+                                "it was recorded)")
+        return (min(scored, key=lambda r: r[by]) if lower
                 else max(scored, key=lambda r: r[by]))
     window = rounds[-LAST:] if rule == "best_last_10" else rounds
     scored = [r for r in window if key in r]

@@ -15,10 +15,12 @@ from graphfed.reproduce.preset import Preset
 from graphfed.reproduce.score import WHOLE_RUN, metric_kind
 from graphfed.reproduce.selection import tag
 
-# nan_seeds: how many of a row's seeds recorded NaN (a client whose model diverged leaves its
-# loss, and the measures over every client's loss, NaN) and were left out of its mean
-COLUMNS = ("method", "dataset", "metric", "ours_mean", "ours_std", "paper", "select",
-           "nan_seeds")
+# ci_low, ci_high: the 95 % Student-t interval of the mean over the n_seeds finite seeds (empty
+# below two); nan_seeds: how many of a row's seeds recorded NaN (a client whose model diverged
+# leaves its loss, and the measures over every client's loss, NaN) and were left out of its mean
+COLUMNS = ("method", "dataset", "metric", "ours_mean", "ours_std", "ci_low", "ci_high",
+           "n_seeds", "paper", "select", "nan_seeds")
+INTERVAL = ("ci_low", "ci_high")
 
 
 def _fmt(value: float | None) -> str:
@@ -45,22 +47,58 @@ def format_ours(row: dict) -> str:
     return f"{row['ours_mean']:.{d}f} ± {row['ours_std']:.{d}f}{left_out}"
 
 
+def format_interval(row: dict) -> str:
+    """``[low, high]`` with the metric's decimals; empty without an interval."""
+    if row.get("ci_low") is None:
+        return ""
+    d = metric_kind(row["metric"]).decimals
+    return f"[{row['ci_low']:.{d}f}, {row['ci_high']:.{d}f}]"
+
+
+def clear_winners(rows: list[dict]) -> set[int]:
+    """The indices of the rows marked best: in each (dataset, metric, selector) with a known
+    better direction, the best mean, but only when its 95 % interval clears the runner-up's
+    (a lead inside the seeds' noise is not a win)."""
+    groups: dict[tuple, list[int]] = {}
+    for i, row in enumerate(rows):
+        if row.get("ci_low") is not None:
+            groups.setdefault((row["dataset"], row["metric"], row["select"]), []).append(i)
+    winners = set()
+    for (_, metric, _), members in groups.items():
+        direction = metric_kind(metric).direction()
+        if direction is None or len(members) < 2:
+            continue
+        sign = 1 if direction == "higher" else -1
+        best, runner = sorted(members, key=lambda i: -sign * rows[i]["ours_mean"])[:2]
+        if sign * (rows[best]["ci_low" if sign > 0 else "ci_high"]
+                   - rows[runner]["ci_high" if sign > 0 else "ci_low"]) > 0:
+            winners.add(best)
+    return winners
+
+
 def write_tables(rows: list[dict], out: Path, title: str, notes: str, rule: str) -> None:
     """``table.csv`` and ``table.md``; a row whose selector is not the title's ``rule`` names
-    its own beside the metric."""
+    its own beside the metric; the best row of a setting is bold where it clearly wins
+    (``clear_winners``)."""
     with (out / "table.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
         for row in rows:
-            writer.writerow({**row, "ours_mean": _fmt(row["ours_mean"]),
-                             "ours_std": _fmt(row["ours_std"])})
-    lines = [f"# {title}", "", "| method | dataset | metric | ours | paper | ours − paper |",
-             "|---|---|---|---|---|---|"]
-    for row in rows:
+            writer.writerow({**row, **{k: _fmt(row.get(k)) for k in (
+                "ours_mean", "ours_std", *INTERVAL)}, "n_seeds": row.get("n_seeds", "")})
+    winners = clear_winners(rows)
+    lines = [f"# {title}", "", "| method | dataset | metric | ours | 95 % CI | seeds | paper "
+             "| ours − paper |", "|---|---|---|---|---|---|---|---|"]
+    for i, row in enumerate(rows):
         metric = row["metric"] if row["select"] in (rule, WHOLE_RUN) else (
             f"{row['metric']}, {tag(row['select'])}")
-        lines.append(f"| {row['method']} | {row['dataset']} | {metric} | "
-                     f"{format_ours(row)} | {row['paper'] or ''} | {gap(row)} |")
+        ours = f"**{format_ours(row)}**" if i in winners else format_ours(row)
+        lines.append(f"| {row['method']} | {row['dataset']} | {metric} | {ours} | "
+                     f"{format_interval(row)} | {row.get('n_seeds', '')} | "
+                     f"{row['paper'] or ''} | {gap(row)} |")
+    lines += ["", "ours: mean ± std (population) over the seeds; 95 % CI: Student-t interval "
+              "of the mean; bold: the best row of its setting whose interval clears the "
+              "runner-up's."]
     if notes:
         lines += ["", notes]
     (out / "table.md").write_text("\n".join(lines) + "\n")

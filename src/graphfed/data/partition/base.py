@@ -1,17 +1,29 @@
 """What every partition's options share: the validated global test, seed and edge flips, and the
 two ways a partition splits (``RatioPartition`` assigns items and the ratios cut each client;
-otherwise the partition's ``plan`` decides the whole split)."""
+otherwise the partition's ``plan`` decides the whole split). A partition that may take its nodes'
+train/val/test roles from a dataset's published split derives from ``PublishedSplitOption``."""
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar
+import dataclasses
+from typing import Annotated, Any, ClassVar
 
 import numpy as np
 import torch
-from pydantic import AfterValidator, BaseModel, Field, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
+from torch import Tensor
 from torch_geometric.data import Data
 
-from graphfed.data.partition.plan import SplitPlan
+from graphfed.data.partition.plan import TEST, TRAIN, UNSPLIT, VAL, SplitPlan
+from graphfed.errors import GraphfedError
 from graphfed.validation import OPTIONS, Seed
 
 
@@ -75,7 +87,65 @@ class PartitionBase(BaseModel):
         raise NotImplementedError
 
 
-class RatioPartition(PartitionBase):
+class PublishedSplitOption(PartitionBase):
+    """A partition whose clients' nodes may take their train/val/test roles from one of the
+    dataset's published splits (the heterophilous sets publish ten) instead of its own random
+    draw, so a federated result is comparable with the centralised ones on the same masks."""
+
+    published_split: int | None = Field(
+        None, ge=0, description="take every node's train/val/test role from the dataset's "
+        "published split number i (0 .. 9 on the heterophilous sets) instead of the random draw "
+        "(whose ratios are then unused); a node in none of its masks is in no split")
+
+    @model_validator(mode="after")
+    def _published_split_without_global_test(self) -> PublishedSplitOption:
+        if self.published_split is not None and self.global_test:
+            raise ValueError("published_split gives every node its role from the dataset's "
+                             "masks; leave global_test unset")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _dump_published_split_only_when_set(
+            self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Left out while unset, so every partition without it keeps the artifact id and run
+        fingerprint it had before the option existed (cached splits and checkpoints stay
+        valid)."""
+        dumped = handler(self)
+        if self.published_split is None:
+            dumped.pop("published_split", None)
+        return dumped
+
+    def published_roles(self, plan: SplitPlan, dataset: str, level: str,
+                        splits: tuple[Tensor, Tensor, Tensor] | None) -> SplitPlan:
+        """``plan`` with every client node's role read from published split ``published_split``
+        (``splits``: the dataset's train/val/test masks, N x splits); ``plan`` itself while
+        the option is unset."""
+        index = self.published_split
+        if index is None:
+            return plan
+        where = f"partition.published_split={index}"
+        if level != "node":
+            raise GraphfedError(f"{where}: {dataset} is a graph-level dataset; published splits "
+                                "are node masks of node-level datasets")
+        if splits is None:
+            raise GraphfedError(f"{where}: {dataset} publishes no train/val/test splits (the "
+                                "heterophilous sets do); leave published_split unset")
+        count = splits[0].size(1)
+        if index >= count:
+            raise GraphfedError(f"{where}: {dataset} publishes {count} splits, numbered "
+                                f"0 .. {count - 1}")
+        roles = torch.full((splits[0].size(0),), UNSPLIT, dtype=torch.long)
+        for code, masks in zip((TRAIN, VAL, TEST), splits, strict=True):
+            roles[masks[:, index]] = code
+        client_splits = [roles[ids] for ids in plan.client_ids]
+        untrained = [k for k, codes in enumerate(client_splits) if not (codes == TRAIN).any()]
+        if untrained:
+            raise GraphfedError(f"{where}: client {untrained[0]} holds no training node of "
+                                f"{dataset}'s split {index}; use fewer clients")
+        return dataclasses.replace(plan, client_splits=client_splits)
+
+
+class RatioPartition(PublishedSplitOption):
     """A partition that only assigns items to clients: the global test is a random cut first,
     and each client's items are split by the ``split`` ratios after."""
 

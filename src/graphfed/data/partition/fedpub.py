@@ -52,9 +52,12 @@ def split_codes(num_nodes: int, train: float, rng: np.random.Generator) -> torch
 
 
 def fedpub_plan(graph: Data, num_clients: int, train: float, overlapping: bool, seed: int,
-                rng: np.random.Generator) -> SplitPlan:
+                rng: np.random.Generator, roles_kept: bool = True) -> SplitPlan:
     """The clients of FED-PUB's disjoint or overlapping split (module docstring), in ids of
-    ``graph``; nodes outside its largest component belong to no client."""
+    ``graph``; nodes outside its largest component belong to no client. ``roles_kept=False``:
+    the drawn roles are replaced afterwards (a published split, which checks its own), so a
+    client the draw leaves without a training node is no error; the draw still runs, so the
+    clients are those of the same seed without the replacement."""
     if overlapping and num_clients % CLIENTS_PER_COMMUNITY:
         raise GraphfedError(f"fedpub_overlapping makes {CLIENTS_PER_COMMUNITY} clients per "
                             f"METIS community: num_clients must be a multiple of "
@@ -70,7 +73,7 @@ def fedpub_plan(graph: Data, num_clients: int, train: float, overlapping: bool, 
                  for c in communities for _ in range(CLIENTS_PER_COMMUNITY)]
     else:
         local = communities
-    if any(int((codes[ids] == TRAIN).sum()) == 0 for ids in local):
+    if roles_kept and any(int((codes[ids] == TRAIN).sum()) == 0 for ids in local):
         raise GraphfedError("fedpub partition: a client got no training node; use fewer "
                             "clients or a larger train share")
     client_ids = [keep[ids] for ids in local]

@@ -2,8 +2,8 @@
 
 A partition is described entirely by its options, the dataset and the number of clients; the same
 description always gives the same clients. The options of each kind live by job: what they all
-share in ``base``, the kinds that assign items in ``ratio_options``, those that plan the whole
-split in ``planned_options``.
+share in ``base``, the kinds that assign items in ``ratio_options``, those that replay a paper's
+whole split in ``planned_options``, the field's benchmark protocols in ``protocol_options``.
 """
 
 from __future__ import annotations
@@ -17,12 +17,16 @@ from graphfed.data.partition.planned_options import (
     FairGFLOverlapPartition,
     FedEgoLabelPartition,
     FedEgoLouvainPartition,
-    FedPubDisjointPartition,
-    FedPubOverlappingPartition,
     FedSprayPublishedPartition,
     GCFLCodePartition,
     GPFLDirichletPartition,
     GPFLToyPartition,
+)
+from graphfed.data.partition.protocol_options import (
+    FedPubDisjointPartition,
+    FedPubOverlappingPartition,
+    OpenFGLLouvainPartition,
+    OpenFGLMetisPartition,
 )
 from graphfed.data.partition.ratio_options import (
     DirichletPartition,
@@ -39,7 +43,7 @@ PartitionOptions = Annotated[
     | UniformPartition | GCFLChunkPartition | GCFLCodePartition | GPFLDirichletPartition
     | GPFLToyPartition | FedEgoLabelPartition | FedEgoLouvainPartition
     | FedSprayPublishedPartition | FairGFLOverlapPartition | FedPubDisjointPartition
-    | FedPubOverlappingPartition,
+    | FedPubOverlappingPartition | OpenFGLLouvainPartition | OpenFGLMetisPartition,
     Field(discriminator="name"),
 ]
 

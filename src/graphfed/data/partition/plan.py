@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 TRAIN, VAL, TEST = 0, 1, 2
+UNSPLIT = 3  # a node its client holds (features, edges) in none of the three splits
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """Partitions that replay a paper's whole split (global test, clients, their local tests) by
 their own ``plan``: GCFL's and FGFL's code split, GPFL's folds, FedEgo's, FedSpray's published
-clients, FairGFL's overlapping subgraphs and FED-PUB's METIS protocol."""
+clients and FairGFL's overlapping subgraphs (the field's benchmark protocols are in
+``protocol_options``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from pydantic import BaseModel, Field, model_validator
 
 from graphfed.data.partition.base import PartitionBase, SplitRatios
 from graphfed.data.partition.fedego import label_skew_plan, louvain_plan
-from graphfed.data.partition.fedpub import fedpub_plan
 from graphfed.data.partition.fedspray import (
     default_folder,
     fedspray_plan,
@@ -227,28 +227,3 @@ class FairGFLOverlapPartition(PartitionBase):
         return overlap_plan(graph, self.test_fraction, self.public_fraction, self.overlap_ratio,
                             self.alpha, self.coefficients(num_clients), self.pool_draw, rng)
 
-
-class FedPubDisjointPartition(PartitionBase):
-    """FED-PUB's disjoint split (``fedpub.fedpub_plan``): its largest connected component cut by
-    METIS into K clients, every node's split drawn once, 20/40/40 train/test/validation in
-    expectation; no global test set."""
-
-    levels: ClassVar[tuple[str, ...]] = ("node",)
-    no_global_test: ClassVar[str | None] = (
-        "FED-PUB's protocol has no global test set (each client is scored on its own nodes)")
-    overlapping: ClassVar[bool] = False
-    name: Literal["fedpub_disjoint"] = "fedpub_disjoint"
-    train: float = Field(0.2, gt=0.0, lt=1.0, description="share of the nodes that train "
-                         "(FED-PUB's ratio_train 0.2; 0.05 on ogbn-arxiv); the rest is split "
-                         "evenly into test and validation")
-
-    def plan(self, graph, labels, num_clients, seed, rng, dataset):
-        return fedpub_plan(graph, num_clients, self.train, self.overlapping, seed, rng)
-
-
-class FedPubOverlappingPartition(FedPubDisjointPartition):
-    """FED-PUB's overlapping split: METIS into K/5 communities, five clients per community, each
-    a random half of its community's nodes (clients of one community share nodes)."""
-
-    overlapping: ClassVar[bool] = True
-    name: Literal["fedpub_overlapping"] = "fedpub_overlapping"  # type: ignore[assignment]

@@ -52,10 +52,14 @@ CODE_FED_PUB = ("fed-pub.norm_scale=3", "fed-pub.mask_init=ones", "fed-pub.l1=0"
 TRAINED = ("client_eval=trained",)
 
 
-def overrides(method: str) -> tuple[str, ...]:
-    if method == "fed-pub":
-        return CODE_FED_PUB
+def scored_trained(method: str) -> tuple[str, ...]:
+    """``client_eval=trained`` where the method's fit is a local step (the benchmarks' codes
+    score a client's model as its local training left it), nothing otherwise."""
     return TRAINED if get_algorithm(method).batched else ()
+
+
+def overrides(method: str) -> tuple[str, ...]:
+    return CODE_FED_PUB if method == "fed-pub" else scored_trained(method)
 
 
 VARIANTS = [Variant(m, m, overrides(m)) for m in METHODS]
