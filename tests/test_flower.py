@@ -1,14 +1,18 @@
 """Flower runtimes: the exact codec, and the same numbers as in-process on Flower's simulation
-engine (Ray) for FedAvg, FGFL, FedEgo (mashed ego-graphs, per-client mixing) and a clustered
-method (GCFL)."""
+engine (Ray) for FedAvg, FGFL, FedEgo (mashed ego-graphs, per-client mixing), a clustered method
+(GCFL), and the message flows of later methods: a setup handshake (FedGNN's expansion of
+overlapping clients), clients of two model sizes (FedProto), a server that runs the model
+(FedTAD's distillation) and a schedule of two phases (AdaFGL)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 import pytest
 import torch
 
+from graphfed.algorithms.personalized.adafgl import ADAFGL
 from graphfed.config import ConfigError, load_config
 from graphfed.launch import run as run_experiment
 from graphfed.messages import Message
@@ -30,7 +34,27 @@ CASES = {
                     "client_global_eval=true", "sampling.train_fraction=0.2"],
     "gcfl-proteins": ["dataset=PROTEINS", "algorithm=gcfl", "model=gin", "batch_size=64",
                       "partition=dirichlet", "partition.global_test=0.1"],
+    "fedgnn-cora-overlapping": ["dataset=Cora", "algorithm=fedgnn", "partition=major_labels",
+                                "partition.overlap=true", "partition.client_size=0.4"],
+    "fedproto-cora-two-sizes": ["dataset=Cora", "algorithm=fedproto", "partition=metis",
+                                "fedproto.hidden_widths=[16,48]"],
+    "fedtad-cora": ["dataset=Cora", "algorithm=fedtad", "partition=metis"],
+    "adafgl-cora": ["dataset=Cora", "algorithm=adafgl", "partition=metis",
+                    *ADAFGL.small_run],
 }
+
+
+@pytest.fixture(scope="module")
+def one_ray() -> Iterator[None]:
+    """Every simulated run of this module on one Ray instance: Flower starts Ray unless it is
+    up and shuts it down after each run, and a fresh start costs each case seconds. The first
+    run starts it with graphfed's own arguments; it is shut down once, after the module."""
+    import ray
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ray, "shutdown", lambda *args, **kwargs: None)
+        yield
+    ray.shutdown()
 
 
 def config_of(case: str, *extra: str):
@@ -106,6 +130,7 @@ def test_flower_runtime_without_flwr_is_a_clean_error(monkeypatch):
 
 @require("Cora")
 @require("PROTEINS")
+@pytest.mark.usefixtures("one_ray")
 @pytest.mark.parametrize("case", list(CASES))
 def test_flower_simulation_matches_in_process(case, tmp_path):
     """Same seed, same per-client and global metrics on Ray-backed Flower as in-process; the
