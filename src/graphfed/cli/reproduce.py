@@ -40,9 +40,14 @@ def reproduce(
         "--set", help="KEY=VALUE config override for every cell, after the preset's (e.g. "
         "rounds=100); repeatable, named in the table's title")] = None,
     select: Annotated[str | None, typer.Option(help="round each seed reports: final, max, "
-        "best_last_10 or min_val_loss (default: the preset's)")] = None,
+        "best_last_10, min_val_loss, max_val_acc or max_val_roc_auc (default: the "
+        "preset's)")] = None,
     jobs: Annotated[int, typer.Option(min=1, help="cells run in this many worker processes "
                                       "at once (sharing the cores and the GPU)")] = 1,
+    ray: Annotated[str | None, typer.Option(
+        "--ray", metavar="ADDRESS", help="run every seed as a task on this Ray cluster (auto: "
+        "the one this machine runs); its nodes must see --out and GRAPHFED_DATA at the same "
+        "paths")] = None,
 ) -> None:
     """Reproduce a paper's table: run every cell, write table.csv/table.md beside the paper's."""
     from graphfed.reproduce.catalog import load_presets
@@ -66,7 +71,8 @@ def reproduce(
         out_dir, rows, skipped = run_preset(
             name, split_ids(methods), split_ids(datasets), seeds, quick, out,
             progress=not quiet, fairness_on=fairness_on, overrides=tuple(set_ or ()),
-            selector=select, jobs=jobs, settings=filters or None, folds=folds)
+            selector=select, jobs=jobs, settings=filters or None, folds=folds,
+            ray_address=ray)
     except Interrupted as stop:  # one line, no traceback, the shell's code for SIGINT
         errors.print(escape(str(stop)), highlight=False, soft_wrap=True)
         raise typer.Exit(130) from None

@@ -81,25 +81,31 @@ def run_cell(cell: Cell, runs: Path, progress: bool) -> bool:
     return True
 
 
-def run_cells(cells: list[Cell], runs: Path, progress: bool, jobs: int) -> None:
+def run_cells(cells: list[Cell], runs: Path, progress: bool, jobs: int,
+              ray_address: str | None = None) -> None:
     """Run (or reuse, or resume) every cell. With ``jobs > 1`` every unfinished seed of every
     cell is a task of its own for that many worker processes, which share the machine's cores
     and its GPU: a worker trains the seed as a run under ``runs/.seeds`` (an interrupted one
     resumes there), the finished seed moves into its cell, and each cell's summary is then
-    written from its seeds. A seed's run depends on its config and seed alone, so the table
+    written from its seeds. With ``ray_address`` the same tasks run on that Ray cluster
+    instead (``ray_cluster``). A seed's run depends on its config and seed alone, so the table
     is the one ``jobs = 1`` gives.
 
     With ``progress``, the plan's size comes first, then a line per finished seed (in a pool)
     or cell (otherwise) with the time the rest should take."""
     seeds = sum(len(cell.config.run_seeds) for cell in cells)
     pooled = False
-    if jobs > 1:
+    if jobs > 1 or ray_address:
         tasks = [(cell, seed) for cell in cells for seed in seeds_to_train(cell, runs)]
-        pooled = len(tasks) > 1
+        pooled = bool(tasks) if ray_address else len(tasks) > 1
         if progress:
-            print(f"{plan_size(len(cells), seeds, jobs)}, {len(tasks)} still to train",
-                  flush=True)
-        if pooled:
+            where = f"Ray at {ray_address}" if ray_address else plan_size(len(cells), seeds, jobs)
+            print(f"{where}, {len(tasks)} still to train", flush=True)
+        if pooled and ray_address:
+            from graphfed.reproduce.ray_cluster import train_on_ray
+
+            train_on_ray(tasks, runs, progress, ray_address)
+        elif pooled:
             _train_seeds(tasks, runs, progress, jobs)
     elif progress:
         print(plan_size(len(cells), seeds, jobs), flush=True)
@@ -130,7 +136,7 @@ def _train_seeds(tasks: list[tuple[Cell, int]], runs: Path, progress: bool, jobs
             # delivered when the mask is restored
             mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
             try:
-                futures = {pool.submit(_train_seed, cell, seed, runs): (cell, seed)
+                futures = {pool.submit(train_seed, cell, seed, runs): (cell, seed)
                            for cell, seed in tasks}
             finally:
                 signal.pthread_sigmask(signal.SIG_SETMASK, mask)
@@ -168,7 +174,7 @@ def _end_workers(pool: ProcessPoolExecutor) -> None:
             worker.join()
 
 
-def _train_seed(cell: Cell, seed: int, runs: Path) -> tuple[Path, float]:
+def train_seed(cell: Cell, seed: int, runs: Path) -> tuple[Path, float]:
     """One seed of a cell as a run of its own under ``runs/.seeds`` (reused or resumed there
     like any cell); its directory, and the seconds it took here."""
     start = time.monotonic()

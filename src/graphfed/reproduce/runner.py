@@ -28,14 +28,15 @@ def reproduce(name: str, methods: list[str] | None = None, datasets: list[str] |
               seeds: int | None = None, quick: bool = False, out: Path | None = None,
               progress: bool = True, fairness_on: str = "local",
               overrides: tuple[str, ...] = (), selector: str | None = None, jobs: int = 1,
-              settings: list[str] | None = None, folds: int | None = None
-              ) -> tuple[Path, list[dict], list[str]]:
+              settings: list[str] | None = None, folds: int | None = None,
+              ray_address: str | None = None) -> tuple[Path, list[dict], list[str]]:
     """Run preset ``name``; returns the output directory, the table rows and what was skipped.
 
     ``fairness_on``: the test set behind model-gradient fairness, each agent's local one
     (the spec's recommendation) or the global one (every agent's model is then also evaluated
     there). ``selector``: the rule picking each seed's round (default: the preset's).
-    ``jobs``: cells run in that many worker processes at once. ``settings``: ``key=value``
+    ``jobs``: cells run in that many worker processes at once; ``ray_address``: each seed a
+    task on that Ray cluster instead (``ray_cluster``). ``settings``: ``key=value``
     filters of the setting labels. ``folds``: run folds ``0 .. folds-1`` of a preset with a
     fold axis (``seeds`` are then each fold's repeats).
 
@@ -43,6 +44,10 @@ def reproduce(name: str, methods: list[str] | None = None, datasets: list[str] |
     stays in ``out``, from where the same call continues."""
     if jobs < 1:
         raise GraphfedError(f"--jobs must be at least 1, got {jobs}")
+    if ray_address:  # before any planning: a cluster that does not answer costs nothing
+        from graphfed.reproduce.ray_cluster import connect
+
+        connect(ray_address)
     if fairness_on not in ("local", "global"):
         raise GraphfedError(f"fairness is measured on 'local' or 'global' test sets, not "
                             f"'{fairness_on}'")
@@ -64,7 +69,8 @@ def reproduce(name: str, methods: list[str] | None = None, datasets: list[str] |
         runs.mkdir(parents=True, exist_ok=True)
         if progress and preset.cost:
             print(f"{name} in full: {preset.cost}", flush=True)
-        run_cells([c for c in cells if c.variant.algorithm is not None], runs, progress, jobs)
+        run_cells([c for c in cells if c.variant.algorithm is not None], runs, progress, jobs,
+                  ray_address)
         scoring = Scoring(preset, seed_list, rule, fairness_on, references={
             (c.dataset, c.fold): c for c in cells if c.variant.method == preset.reference})
         rows = _rows(scoring, variants, [w for w in wanted

@@ -1,0 +1,92 @@
+"""Seeds trained as tasks on an existing Ray cluster, for a grid that one machine cannot hold.
+
+Each unfinished seed is one Ray task (one CPU, or ``gpus`` of a GPU) that runs exactly what a
+``--jobs`` worker runs (``execute.train_seed``): the seed as a run under ``OUT/runs/.seeds``,
+resumed there if it was interrupted, then moved into its cell here as it finishes. The table is
+therefore the one ``--jobs 1`` gives, and a stopped reproduction continues from what it kept.
+Every node of the cluster must see ``OUT`` and ``GRAPHFED_DATA`` at the same paths (one
+machine, or a shared file system) and have graphfed installed: a task writes its run where the
+driver reads it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from concurrent.futures import Future, as_completed
+from pathlib import Path
+from typing import Any
+
+from graphfed.errors import GraphfedError
+from graphfed.reproduce.plan import Cell
+
+
+def connect(address: str) -> Any:
+    """The ``ray`` module, connected to the cluster at ``address`` (``auto``: the one this
+    machine runs); one line instead of a traceback when Ray is missing or nothing answers."""
+    try:
+        import ray
+    except ImportError:
+        raise GraphfedError("--ray needs Ray, which is not installed; it comes with "
+                            "pip install 'graphfed[flower]'") from None
+    if not ray.is_initialized():
+        _answers(address)
+        try:  # the tasks inherit this process's data root, wherever the cluster started
+            ray.init(address=address, log_to_driver=False, runtime_env={"env_vars": {
+                k: v for k, v in os.environ.items() if k == "GRAPHFED_DATA"}})
+        except (ConnectionError, ValueError, RuntimeError) as error:
+            first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            raise GraphfedError(f"--ray {address}: no Ray cluster answered ({first}); start "
+                                "one with `ray start --head` or give its address") from None
+    return ray
+
+
+def _answers(address: str, timeout: float = 3.0) -> None:
+    """Refuse a ``host:port`` nobody listens on at once: Ray itself retries such an address
+    for minutes before it gives up. ``auto`` and ``ray://`` addresses are Ray's to check."""
+    host, _, port = address.rpartition(":")
+    if address == "auto" or "://" in address or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)), timeout).close()
+    except OSError as error:
+        reason = error.strerror or str(error)
+        raise GraphfedError(f"--ray {address}: no Ray cluster answered ({reason}); start one "
+                            "with `ray start --head` or give its address") from None
+
+
+def cluster_cpus(ray: Any) -> int:
+    """The cluster's CPUs: how many seeds run at once (for the time estimate)."""
+    return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
+def train_on_ray(tasks: list[tuple[Cell, int]], runs: Path, progress: bool, address: str
+                 ) -> None:
+    """Train ``tasks`` as Ray tasks and adopt each finished seed into its cell; on any
+    exception (a stop signal too) the tasks still queued or running are cancelled first."""
+    from graphfed.reproduce.execute import adopt_finished
+
+    ray = connect(address)
+    remote = ray.remote(num_cpus=1)(_seed_task)
+    refs = {}
+    futures: dict[Future, tuple[Cell, int]] = {}
+    for cell, seed in tasks:
+        ref = remote.remote(cell, seed, runs)
+        refs[ref] = (cell, seed)
+        futures[ref.future()] = (cell, seed)
+    try:
+        adopt_finished(as_completed(futures), futures, runs, progress, cluster_cpus(ray))
+    except BaseException:
+        for ref in refs:
+            ray.cancel(ref, force=True)
+        raise
+
+
+def _seed_task(cell: Cell, seed: int, runs: Path) -> tuple[Path, float]:
+    """On a Ray worker: one torch thread (the tasks are the parallelism), then the seed."""
+    import torch
+
+    from graphfed.reproduce.execute import train_seed
+
+    torch.set_num_threads(1)
+    return train_seed(cell, seed, runs)
