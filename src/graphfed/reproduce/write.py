@@ -120,7 +120,7 @@ def provenance(engines: list[str]) -> dict:
 
     import torch
 
-    source = Path(__file__).resolve().parent
+    source = Path(__file__).resolve().parents[1]  # the package: a change anywhere in it counts
 
     def git(*args: str) -> str | None:
         try:
