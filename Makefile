@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e '.[dev,flower,docs,tensorboard,mlflow]'
+	$(PY) -m pip install -q -e '.[dev,flower,docs,tensorboard,mlflow,chem,privacy,sweep]'
 	touch $@
 
 demo: setup

@@ -164,14 +164,16 @@ def test_algorithms_lists_the_registry_as_json_and_as_a_markdown_table():
     assert result.exit_code == 0
     rows = json.loads(result.output)
     assert {r["name"] for r in rows} == set(load_all())
-    assert all(set(r) == {"name", "aliases", "family", "levels", "paper", "batched", "modes"}
-               for r in rows)
+    assert all(set(r) == {"name", "aliases", "family", "levels", "tasks", "paper", "batched",
+                          "modes"} for r in rows)
+    assert {r["name"]: r["tasks"] for r in rows} == {
+        name: list(a.tasks) for name, a in load_all().items()}
     assert {r["name"] for r in rows if r["batched"]} == {
         name for name, a in load_all().items() if a.batched}
     assert {r["name"]: r["modes"] for r in rows} == {
         name: list(a.modes) for name, a in load_all().items()}
     table = invoke("algorithms", "--markdown").output.strip().splitlines()
-    assert table[0] == "| name | family | levels | paper |"
+    assert table[0] == "| name | family | levels | tasks | paper |"
     assert sorted(line.split("`")[1] for line in table[2:]) == sorted(load_all())
 
 

@@ -6,13 +6,17 @@ CPU thread count (two runs on two threads, one on one thread); a run resumed fro
 checkpoint ends exactly as the uninterrupted one. The list is the registry itself, so a new
 algorithm is checked on arrival, with the settings its registration declares: its short-run
 overrides (``Algorithm.small_run``), the batched engine where it is registered ``batched``, and
-each of its option modes (``Algorithm.modes``) that change what a party keeps or sends.
+each of its option modes (``Algorithm.modes``) that change what a party keeps or sends, and
+each task it declares beyond classification (``Algorithm.tasks``: regression on ESOL, id
+``<name>-regression``).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +34,8 @@ from tests.conftest import cpu_threads, interrupted_run, require
 ALGORITHMS = load_all()
 DATASET = {"node": ["dataset=Cora", "partition=metis"],
            "graph": ["dataset=MUTAG", "partition=dirichlet", "model=gin"]}
+# the data of each task beyond classification, overriding the level's dataset
+TASK_DATASET = {"regression": ["dataset=ESOL", "partition=uniform", "model=gin"]}
 TIMINGS = ("train_seconds", "eval_seconds")
 
 
@@ -41,6 +47,18 @@ def _overrides(algorithm: Algorithm, *extra: str) -> list[str]:
 
 def _marks(name: str) -> list:
     return [require("Cora" if ALGORITHMS[name].levels[0] == "node" else "MUTAG")]
+
+
+def _task_marks(task: str) -> list:
+    return [require("ESOL"), pytest.mark.skipif(importlib.util.find_spec("rdkit") is None,
+                                                reason="rdkit not installed (graphfed[chem])")]
+
+
+def _task_cases(name: str, *options: str) -> list:
+    """A case (id ``<name>-<task>``) of each task ``name`` declares beyond classification."""
+    return [pytest.param(name, [*TASK_DATASET[task], *options], marks=_task_marks(task),
+                         id=f"{name}-{task}")
+            for task in ALGORITHMS[name].tasks if task != "classification"]
 
 
 def _cases() -> list:
@@ -60,6 +78,7 @@ def _engine_cases() -> list:
         for mode, options in ALGORITHMS[name].modes.items():
             out.append(pytest.param(name, ["engine=sequential", *options], marks=_marks(name),
                                     id=f"{name}-{mode}"))
+        out += _task_cases(name, "engine=sequential")
     return out
 
 
@@ -134,24 +153,29 @@ def test_conformance_boundary_and_bytes(name, options, monkeypatch):
     assert all(line["answered"] == [0, 1, 2] for line in lines)
     assert [(line["bytes_down"], line["bytes_up"]) for line in lines] == sent
     evaluation = fed.evaluate(2)
+    assert len(evaluation["clients"]) == 3
+    if "test_rmse" in evaluation:  # a regression task
+        assert math.isfinite(evaluation["test_rmse"]) and evaluation["test_rmse"] >= 0.0
+        return
     # a partition whose clients only train (FairGFL's) is scored on the global test set
     accuracy = evaluation.get("test_acc", evaluation.get("global_test_acc"))
-    assert len(evaluation["clients"]) == 3 and 0.0 <= accuracy <= 1.0
+    assert 0.0 <= accuracy <= 1.0
 
 
 def _batched_cases() -> list:
-    return [pytest.param(name, marks=_marks(name), id=name)
-            for name in sorted(ALGORITHMS) if ALGORITHMS[name].batched]
+    return [case for name in sorted(ALGORITHMS) if ALGORITHMS[name].batched
+            for case in [pytest.param(name, [], marks=_marks(name), id=name),
+                         *_task_cases(name)]]
 
 
-@pytest.mark.parametrize("name", _batched_cases())
-def test_conformance_the_batched_engine_trains_as_the_sequential_one(name):
+@pytest.mark.parametrize(("name", "options"), _batched_cases())
+def test_conformance_the_batched_engine_trains_as_the_sequential_one(name, options):
     """An algorithm registered ``batched`` gives on the batched engine, dropout off, the bytes,
     training losses and every client's scores the sequential engine gives (within float
     rounding: the stacked pass sums in another order, ``tests/test_batched.py``)."""
     runs = {}
     for engine in ("sequential", "batched"):
-        config = load_config(None, _overrides(ALGORITHMS[name], "model.dropout=0",
+        config = load_config(None, _overrides(ALGORITHMS[name], *options, "model.dropout=0",
                                               f"engine={engine}"))
         fed = build_federation(config, 0)
         lines = [fed.setup(), fed.fit_round(1), fed.fit_round(2)]
@@ -162,7 +186,8 @@ def test_conformance_the_batched_engine_trains_as_the_sequential_one(name):
             (b["answered"], b["bytes_up"], b["bytes_down"])
         assert a.get("train_loss") == pytest.approx(b.get("train_loss"), abs=1e-5)
     for a, b in zip(seq_scores, batched_scores, strict=True):
-        assert a["test_acc"] == pytest.approx(b["test_acc"], abs=1e-5)
+        score = "test_rmse" if "test_rmse" in a else "test_acc"
+        assert a[score] == pytest.approx(b[score], abs=1e-5)
         assert a["val_loss"] == pytest.approx(b["val_loss"], abs=1e-5)
 
 

@@ -96,3 +96,15 @@ def test_seeds_on_a_two_node_cluster_give_the_table_of_one_process(cluster, tmp_
     reproduce("fgfl-ablation", out=tmp_path / "ray", ray_address=cluster, **QUICK)
     after = (runs / "self-train-PROTEINS" / "seed-0" / "summary.json").stat().st_mtime_ns
     assert after == before
+
+
+@require("Cora")
+def test_a_sweep_on_the_cluster_gives_the_sweep_of_one_process(cluster, tmp_path):
+    pytest.importorskip("optuna")
+    from tests.test_sweep import sweep, table, trials
+
+    on_ray, alone = tmp_path / "ray", tmp_path / "one"
+    for out, options in ((on_ray, ("--ray", cluster)), (alone, ())):
+        result = sweep(out, *options, methods="fedprox", budget=2, seeds=1)
+        assert result.exit_code == 0, result.output
+    assert table(on_ray) == table(alone) and trials(on_ray) == trials(alone)

@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from graphfed.algorithms.registry import Algorithm, get_algorithm
+from graphfed.algorithms.registry import Algorithm, check_task, get_algorithm
 from graphfed.config import ConfigError, ExperimentConfig
-from graphfed.data.datasets import GraphDataset, data_root, load_dataset
+from graphfed.data.datasets import GraphDataset, data_root, dataset_task, load_dataset
 from graphfed.data.features import row_normalized
 from graphfed.data.federated import (
     ClientData,
@@ -30,8 +30,11 @@ from graphfed.data.federated import (
 )
 from graphfed.mechanisms.attacks import choose_attackers
 from graphfed.models.gnn import build_model
+from graphfed.privacy.options import DPRun
 from graphfed.protocol import SERVER_DEVICE, Client, ClientContext, ClientSize, Server, Setup
 from graphfed.runtime.attack import AttackingClient
+from graphfed.runtime.base import clients_per_round
+from graphfed.runtime.dp_client import LocalDPClient
 from graphfed.seeding import preserved_rngs
 from graphfed.training import PreparedClient, Trainer, prepare_client
 
@@ -81,6 +84,7 @@ def build_algorithm(config: ExperimentConfig, seed: int, level: str, num_feature
     in whatever process they are built, start from the same initial model."""
     seed_everything(seed)
     algorithm = get_algorithm(config.algorithm)
+    check_task(algorithm, dataset_task(config.dataset), config.dataset)
 
     def make() -> torch.nn.Module:
         if algorithm.model is None:
@@ -100,7 +104,9 @@ def build_algorithm(config: ExperimentConfig, seed: int, level: str, num_feature
                   initial_params=trainer.initial_params(),
                   options=config.algorithm_options(), local_epochs=config.local_epochs,
                   batch_size=config.batch_size, aggregation=config.aggregation,
-                  optimizer=optimizer, network=model, scored=config.client_eval)
+                  optimizer=optimizer, network=model, scored=config.client_eval,
+                  dp=DPRun(config.dp, clients_per_round(config.client_fraction, num_clients))
+                  if config.dp.enabled else None)
     return algorithm, trainer, setup
 
 
@@ -166,9 +172,12 @@ def attackers(config: ExperimentConfig, seed: int, num_clients: int) -> list[int
 
 def build_client(config: ExperimentConfig, seed: int, algorithm: Algorithm, setup: Setup
                  ) -> Client:
-    """The algorithm's client side, as every runtime runs it: wrapped by the attack simulation
-    when the run has attackers, so in-process and Flower clients attack alike."""
+    """The algorithm's client side, as every runtime runs it: wrapped by DP-FedAvg's local
+    noise (``dp.where=client``), then by the attack simulation when the run has attackers
+    (an attacker sends what it likes), so in-process and Flower clients behave alike."""
     client = algorithm.client(setup)
+    if config.dp.enabled and config.dp.where == "client":
+        client = LocalDPClient(client, config.dp)
     chosen = attackers(config, seed, setup.num_clients)
     return AttackingClient(client, config.attack, frozenset(chosen)) if chosen else client
 

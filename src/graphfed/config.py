@@ -35,6 +35,9 @@ from graphfed.errors import GraphfedError
 from graphfed.mechanisms.attacks import AttackOptions
 from graphfed.mechanisms.robust import AggregationOptions, check_rule
 from graphfed.models.gnn import MODEL_LEVELS, SPARSE_INPUT_MODELS, ModelOptions
+from graphfed.privacy.dp_fedavg import dp_release
+from graphfed.privacy.ledger import budget_exceeded
+from graphfed.privacy.options import DPOptions, PrivacyOptions, update_noise_multiplier
 from graphfed.protocol import AlgorithmOptions
 from graphfed.runtime.base import clients_per_round
 from graphfed.runtime.flower_options import FlowerOptions
@@ -64,6 +67,12 @@ class ExperimentConfig(RunSettings):
     attack: AttackOptions = Field(
         default_factory=AttackOptions, description="simulated attackers: a share of the "
         "clients (fraction) that send sign-flipped, scaled or random updates or lie about size")
+    dp: DPOptions = Field(
+        default_factory=DPOptions, description="client-level differential privacy "
+        "(DP-FedAvg) for the averaging family: noise_multiplier, clip, clipping, where, delta")
+    privacy: PrivacyOptions = Field(
+        default_factory=PrivacyOptions, description="the privacy ledger: its accountant (rdp, "
+        "pld) and budget_epsilon, which stops a run before the round that would exceed it")
     csbm: CSBMOptions | None = None
     log: LogOptions = Field(
         default_factory=LogOptions, description="experiment trackers each seed's rounds, "
@@ -162,6 +171,7 @@ class ExperimentConfig(RunSettings):
                              "owners' public keys (owner-<i>.pub), so the server knows which "
                              "node is which client")
         self._check_robustness(algorithm.family)
+        self._check_privacy(algorithm.family)
         return self
 
     def _check_robustness(self, family: str) -> None:
@@ -176,6 +186,34 @@ class ExperimentConfig(RunSettings):
         if attack.fraction > 0 and round(attack.fraction * self.num_clients) == 0:
             raise ValueError(f"attack.fraction={attack.fraction} of {self.num_clients} clients "
                              "rounds to no attacker")
+
+    def _check_privacy(self, family: str) -> None:
+        """DP-FedAvg's guarantee holds for the uniform clipped mean of an averaging server;
+        refuse what would void it, and a budget that round 1 alone exceeds."""
+        dp = self.dp
+        if not dp.enabled:
+            return
+        if family != "averaging":
+            averaging = sorted(n for n, a in load_all().items() if a.family == "averaging")
+            raise ValueError(f"dp (DP-FedAvg) applies to the averaging family "
+                             f"({', '.join(averaging)}); algorithm '{self.algorithm}' is "
+                             f"{family}")
+        if self.aggregation.rule != "mean":
+            raise ValueError(f"dp replaces the mean by DP-FedAvg's clipped noised mean; "
+                             f"aggregation.rule={self.aggregation.rule} has no bounded "
+                             "sensitivity to noise: use aggregation.rule=mean")
+        if dp.clipping == "adaptive" and dp.where == "client":
+            raise ValueError("dp.clipping=adaptive needs the server to count the clipped "
+                             "updates, which dp.where=client never shows it: use "
+                             "dp.clipping=fixed")
+        sampled = clients_per_round(self.client_fraction, self.num_clients)
+        update_noise_multiplier(dp, sampled)
+        budget = self.privacy.budget_epsilon
+        nominal = [dp_release(dp, sampled, self.num_clients)]
+        if budget is not None:
+            why = budget_exceeded([], nominal, 1, budget, dp.delta, self.privacy.accountant)
+            if why is not None:
+                raise ValueError(f"{why}: raise the budget or dp.noise_multiplier")
 
     def _check_sampling(self, level: str) -> None:
         fanouts = self.sampling.fanouts
@@ -295,7 +333,7 @@ def _section_class(loc: tuple) -> type[BaseModel] | None:
     sections: dict[str, type[BaseModel]] = {
         "model": ModelOptions, "optimizer": OptimizerOptions, "csbm": CSBMOptions,
         "flower": FlowerOptions, "aggregation": AggregationOptions, "attack": AttackOptions,
-        "log": LogOptions}
+        "log": LogOptions, "dp": DPOptions, "privacy": PrivacyOptions}
     if head in sections:
         return sections[head]
     if isinstance(head, str) and _is_algorithm(head):

@@ -15,6 +15,10 @@ and can be checked by hand. Per client, for each split ``s`` it evaluated (``val
 * ``train_loss_deployed`` (config ``eval_train_split``): the mean loss of the model the client
   deploys on its own training split.
 
+Of a regression client (``graphfed.regression``: one real target per graph), per split ``s``
+instead: ``s_mae``, ``s_rmse`` (in the target's units, the predictions de-standardised),
+``s_loss`` (the mean squared error, RMSE²) and ``s_count``.
+
 Run level, for ``s`` in ``val``, ``test``:
 
 * ``s_acc``, ``s_loss`` (and ``test_acc``'s spread): means over the clients, each client counting
@@ -28,6 +32,11 @@ Run level, for ``s`` in ``val``, ``test``:
   ROC-AUC: it ranks every positive against every negative of *all* clients, and a record holds
   its client's AUC, not its scores, so the pairs across clients are not there to count (no mean
   of AUCs, weighted or not, equals it);
+* regression: ``s_mae``, ``s_rmse``, ``s_loss`` (and ``test_rmse``'s spread): means over the
+  clients; ``s_mae_pooled``, ``s_rmse_pooled``, ``s_loss_pooled``: over all clients' samples
+  (the absolute errors, squared errors summed over every sample, over all samples; the pooled
+  RMSE is sqrt(Σ n_i RMSE_i² / Σ n_i)), so ``min_val_loss`` selects the round of lowest pooled
+  validation RMSE;
 * ``train_loss_deployed`` and its ``_std``, ``_var``, ``_entropy`` (whenever records carry it):
   the fairness of the deployed models across the clients, as q-FFL (Li et al. 2020) and FairGFL
   (Zhou et al. 2025, Sec. VII-A) measure it on the clients' *training* losses F_i, over every
@@ -45,10 +54,16 @@ measures itself (``global_test_*``, on the global model) is not among them.
 from __future__ import annotations
 
 from graphfed.metrics import client_summary, mean_std
+from graphfed.regression import pooled_rmse
 
 OWN_SPLITS = ("val", "test")
 RECORDED = ("acc", "loss", "macro_f1")
+REGRESSION = ("mae", "rmse", "loss")  # recorded instead of ``RECORDED`` for a real target
 OPTIONAL = ("roc_auc",)  # recorded where the split's metrics have it (binary tasks)
+# the run-level regression numbers a seed's summary keeps (``summarise``)
+REGRESSION_FINAL = (*(f"{split}_{key}{suffix}" for split in OWN_SPLITS
+                       for key in ("mae", "rmse") for suffix in ("", "_pooled")),
+                    "test_rmse_std")
 
 
 def client_record(client: int, metrics: dict[str, dict]) -> dict:
@@ -59,7 +74,8 @@ def client_record(client: int, metrics: dict[str, dict]) -> dict:
         if split not in metrics:
             continue
         m = metrics[split]
-        record.update({f"{split}_{key}": m[key] for key in RECORDED})
+        record.update({f"{split}_{key}": m[key]
+                       for key in (REGRESSION if "rmse" in m else RECORDED)})
         record.update({f"{split}_{key}": m[key] for key in OPTIONAL if key in m})
         record[f"{split}_count"] = m["n"]
         if "minority_n" in m:
@@ -102,6 +118,26 @@ def summarise(records: list[dict]) -> dict:
         out["val_loss"] = client_mean(val, "val_loss")
     for split in OWN_SPLITS:
         out.update(pooled_summary(records, split))
+        out.update(regression_summary(records, split))
+    return out
+
+
+def regression_summary(records: list[dict], split: str) -> dict:
+    """The client means and pooled values of ``split``'s MAE, RMSE and mean squared error
+    (``loss``) over the records of regression clients; empty where there are none."""
+    scored = [r for r in records if f"{split}_rmse" in r]
+    if not scored:
+        return {}
+    out: dict = {}
+    if split == "test":
+        out.update(client_summary(scored, "test_rmse"))
+    for key in REGRESSION:
+        name = f"{split}_{key}"
+        out.setdefault(name, client_mean(scored, name))
+    counts = [r[f"{split}_count"] for r in scored]
+    out[f"{split}_mae_pooled"] = pooled(scored, f"{split}_mae", f"{split}_count")
+    out[f"{split}_rmse_pooled"] = pooled_rmse([r[f"{split}_rmse"] for r in scored], counts)
+    out[f"{split}_loss_pooled"] = pooled(scored, f"{split}_loss", f"{split}_count")
     return out
 
 
@@ -115,7 +151,7 @@ def pooled_summary(records: list[dict], split: str) -> dict:
     """Pooled accuracy and loss of ``split``, its minority accuracy (client mean, pooled) and
     its ROC-AUC (client mean; no pooled value, see the module's docstring)."""
     out: dict = {}
-    having = [r for r in records if f"{split}_count" in r]
+    having = [r for r in records if f"{split}_acc" in r]
     if having:
         for key in ("acc", "loss"):
             out[f"{split}_{key}_pooled"] = pooled(having, f"{split}_{key}", f"{split}_count")

@@ -41,7 +41,9 @@ from graphfed.checkpoints import fingerprint, load_checkpoint, resumed_lines, sa
 from graphfed.config import ConfigError, ExperimentConfig, load_config
 from graphfed.data.federated import FederatedData
 from graphfed.data.heterogeneity import stored_card
-from graphfed.evaluation import client_record, self_reported, summarise
+from graphfed.evaluation import REGRESSION_FINAL, client_record, self_reported, summarise
+from graphfed.privacy import ledger
+from graphfed.privacy.dp_fedavg import dp_release
 from graphfed.progress import RoundProgress
 from graphfed.protocol import Server
 from graphfed.run_files import combine_seeds, new_run_dir
@@ -64,7 +66,7 @@ FINAL_KEYS = ("test_acc", "test_acc_std", "test_macro_f1", "test_loss", "val_acc
               "train_loss_deployed_var", "train_loss_deployed_entropy",
               "test_acc_var", "test_acc_entropy", "test_loss_var", "test_loss_entropy",
               "test_acc_pooled", "test_minority_acc", "test_minority_acc_pooled", "val_loss",
-              "val_acc_pooled", "val_loss_pooled", "test_roc_auc")
+              "val_acc_pooled", "val_loss_pooled", "test_roc_auc", *REGRESSION_FINAL)
 CHECKPOINT = "checkpoint.pt"
 
 log = logging.getLogger(__name__)
@@ -111,6 +113,9 @@ class Federation:
         server = self.runtime.server.round_metrics()
         if server:
             line["server"] = server
+        releases = self.runtime.server.take_releases()
+        if releases:
+            line[ledger.LINE_KEY] = [r.to_dict() for r in releases]
         return line
 
     def setup(self) -> dict | None:
@@ -204,7 +209,11 @@ def run_seed(fed: Federation, seed_dir: Path, progress: RoundProgress | None = N
         setup_line = fed.setup() if start_round == 1 else None
         if setup_line is not None:
             append(setup_line)
+        stopped = None
         for rnd in range(start_round, config.rounds + 1):
+            stopped = budget_stop(fed, lines, rnd)
+            if stopped is not None:
+                break
             line = fed.fit_round(rnd)
             if rnd % config.eval_every == 0 or rnd == config.rounds:
                 line.update(fed.evaluate(rnd))
@@ -217,11 +226,45 @@ def run_seed(fed: Federation, seed_dir: Path, progress: RoundProgress | None = N
                     os.fsync(out.fileno())
                 save_checkpoint(ckpt_path, fed, rnd, elapsed + time.perf_counter() - clock)
         seconds = elapsed + time.perf_counter() - clock
+        if stopped is not None:
+            stopped = _stop_at(fed, lines, metrics_path, ckpt_path, stopped, seconds)
         summary = seed_summary(fed, lines, seconds)
+        if stopped is not None:
+            summary["stopped"] = stopped
         _write_json(seed_dir / "summary.json", summary)
         trackers.finish(summary)
-    ckpt_path.unlink(missing_ok=True)
+    if stopped is None:  # a stopped seed keeps the model it stopped with
+        ckpt_path.unlink(missing_ok=True)
     return summary
+
+
+def budget_stop(fed: Federation, lines: list[dict], rnd: int) -> str | None:
+    """Why round ``rnd`` must not run (``privacy.budget_epsilon``), or None."""
+    config = fed.config
+    budget = config.privacy.budget_epsilon
+    if budget is None:
+        return None
+    setup = fed.runtime.server.setup
+    nominal = ([] if setup.dp is None else
+               [dp_release(config.dp, setup.dp.clients_per_round, fed.data.num_clients)])
+    why = ledger.budget_exceeded(lines, nominal, rnd, budget, config.dp.delta,
+                                 config.privacy.accountant)
+    return None if why is None else f"{why}; seed {fed.seed} stops after round {rnd - 1}"
+
+
+def _stop_at(fed: Federation, lines: list[dict], metrics_path: Path, ckpt_path: Path,
+             why: str, seconds: float) -> dict:
+    """End a seed before the round its privacy budget cannot pay: said in one line, its last
+    round evaluated (added to that round's line when it was not), and checkpointed, so the
+    model it stopped with is kept and a resume stops here again."""
+    done = max((line["round"] for line in lines), default=0)
+    print(why, flush=True)
+    log.info(why)
+    if done and "clients" not in lines[-1]:
+        lines[-1].update(fed.evaluate(done))
+        atomic_write(metrics_path, "".join(json.dumps(line) + "\n" for line in lines).encode())
+    save_checkpoint(ckpt_path, fed, done, seconds)
+    return {"round": done + 1, "reason": why}
 
 
 SEED_SUMMARY_KEYS = ("seed", "partition_id", "final", "clients", "seconds")
@@ -250,6 +293,9 @@ def seed_summary(fed: Federation, lines: list[dict], seconds: float) -> dict:
     chosen = attackers(fed.config, fed.seed, fed.data.num_clients)
     if chosen:
         summary["attackers"] = chosen
+    privacy = ledger.summary(lines, fed.config.dp.delta, fed.config.privacy.accountant)
+    if privacy is not None:
+        summary["privacy"] = privacy
     return summary
 
 
@@ -271,8 +317,9 @@ def execute(config: ExperimentConfig, run_dir: Path, first: Federation | None,
                 if resume and (seed_dir / "summary.json").exists():
                     summaries.append(read_json(seed_dir / "summary.json", "seed summary",
                                                SEED_SUMMARY_KEYS))
-                    # a stop between the seed's summary and its end left it behind
-                    (seed_dir / CHECKPOINT).unlink(missing_ok=True)
+                    if "stopped" not in summaries[-1]:  # a budget stop keeps its model
+                        # a stop between the seed's summary and its end left it behind
+                        (seed_dir / CHECKPOINT).unlink(missing_ok=True)
                     continue
                 fed = first if first is not None and first.seed == seed else build_federation(
                     config, seed, make_runtime)

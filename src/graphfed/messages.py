@@ -238,9 +238,13 @@ def _shape_fits(got: tuple[int, ...], expected: tuple[int, ...]) -> bool:
 EVALUATED_SPLITS = ("val", "test", "train", "global")
 
 METRICS: dict[str, ScalarRange] = {
-    "acc": UNIT, "loss": replace(LOSS, nan=True), "macro_f1": UNIT, "micro_f1": UNIT.optional,
-    "n": COUNT, "minority_n": COUNT.optional, "minority_acc": UNIT.optional,
-    "roc_auc": UNIT.optional}
+    "acc": UNIT.optional, "loss": replace(LOSS, nan=True), "macro_f1": UNIT.optional,
+    "micro_f1": UNIT.optional, "n": COUNT, "minority_n": COUNT.optional,
+    "minority_acc": UNIT.optional, "roc_auc": UNIT.optional,
+    # a regression client's errors, in its target's units (``graphfed.regression``)
+    "mae": LOSS.optional, "rmse": LOSS.optional}
+# each task's metrics, every one of which an evaluated split of that task carries
+CLASSIFICATION_METRICS, REGRESSION_METRICS = ("acc", "macro_f1"), ("mae", "rmse")
 
 def check_metrics(metrics: Any, sender: str) -> None:
     """Raise MessageError unless ``metrics`` is an evaluate reply: for some of
@@ -255,6 +259,11 @@ def check_metrics(metrics: Any, sender: str) -> None:
             raise MessageError(f"{sender}: {shown(split)} is no evaluated split with metrics")
         where = f"{sender}, split {split}"
         check_scalars(values, METRICS, where)
+        task = (REGRESSION_METRICS if any(k in values for k in REGRESSION_METRICS)
+                else CLASSIFICATION_METRICS)
+        missing = [key for key in task if key not in values]
+        if missing:
+            raise MessageError(f"{where}: missing scalars {missing}")
         if math.isnan(values["loss"]) and values["n"]:
             raise MessageError(f"{where}: the loss of {values['n']} samples is NaN")
         if values.get("minority_n", 0) > values["n"]:

@@ -33,6 +33,8 @@ from graphfed.messages import (
     TensorSpec,
     fit_scalars,
 )
+from graphfed.privacy.ledger import Release
+from graphfed.privacy.options import DPRun
 from graphfed.tensors import Params, move_tensors
 from graphfed.training import OptimizerOptions, PreparedClient, Trainer, TrainStats
 from graphfed.training.batches import PreparedGraphClient, PreparedNodeClient
@@ -89,6 +91,7 @@ class Setup:
     local_epochs: int = 1
     batch_size: int | None = None
     aggregation: AggregationOptions = field(default_factory=AggregationOptions)  # averaging's rule
+    dp: DPRun | None = None  # DP-FedAvg in place of the averaging rule (``graphfed.privacy``)
     optimizer: OptimizerOptions = field(default_factory=OptimizerOptions)
     client_sizes: tuple[ClientSize, ...] = ()
     network: nn.Module | None = field(default=None, repr=False, compare=False)
@@ -200,6 +203,16 @@ class Server(ABC):
     def round_metrics(self) -> dict[str, Any]:
         """Server-side quantities of the last round worth recording (values, payoffs, ...)."""
         return {}
+
+    def record_release(self, release: Release) -> None:
+        """Note a noised release of this round for the run's privacy ledger."""
+        vars(self).setdefault("_releases", []).append(release)
+
+    def take_releases(self) -> list[Release]:
+        """The releases noted since the last call (the round's), handed over once: the round's
+        line of ``metrics.jsonl`` keeps them (``graphfed.privacy.ledger``)."""
+        taken: list[Release] = vars(self).pop("_releases", [])
+        return taken
 
     def state_dict(self) -> dict[str, Any]:
         return {key: getattr(self, key) for key in self.state_keys}

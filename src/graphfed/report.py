@@ -66,6 +66,23 @@ def summary_rows(runs: list[dict]) -> list[dict]:
     return rows
 
 
+def privacy_rows(runs: list[dict]) -> list[dict]:
+    """The privacy ledgers of the runs that released noise: a row per message and one for the
+    total (``message`` "total"), each with the run, its delta and epsilon (None: unbounded)."""
+    rows = []
+    for run in runs:
+        ledger = run.get("privacy")
+        if not ledger:
+            continue
+        head = {"run": Path(run["run_dir"]).name, "delta": ledger["delta"]}
+        for message, entry in ledger["by_message"].items():
+            rows.append({**head, "message": message, **entry})
+        rows.append({**head, "message": "total", "mechanism": ledger["accountant"],
+                     "releases": sum(e["releases"] for e in ledger["by_message"].values()),
+                     "rounds": len(ledger["by_round"]), "epsilon": ledger["epsilon"]})
+    return rows
+
+
 @dataclass(frozen=True)
 class Curve:
     """One run's ``metric`` at every round all its seeds evaluated: the mean over the seeds and

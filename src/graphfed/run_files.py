@@ -4,6 +4,7 @@ top-level ``summary.json`` over the seeds."""
 
 from __future__ import annotations
 
+import math
 import shutil
 from datetime import datetime
 from pathlib import Path
@@ -57,14 +58,15 @@ def new_run_dir(config: ExperimentConfig, out: Path, announce: str | None = None
 def combine_seeds(config: ExperimentConfig, summaries: list[dict]) -> dict:
     """Top-level summary: final metrics averaged over seeds, plus mean/std/values per metric,
     the engine the clients trained on, and the heterogeneity card of ``partition_id`` (the
-    first seed's partition; each seed's summary has its own)."""
+    first seed's partition; each seed's summary has its own); the privacy ledger of the seed
+    that spent the most, and the seeds a privacy budget stopped."""
     keys = [k for k in summaries[0]["final"] if all(k in s["final"] for s in summaries)]
     over = {}
     for key in keys:
         values = [s["final"][key] for s in summaries]
         mean, std = mean_std(values)
         over[key] = {"mean": mean, "std": std, "values": values}
-    return {
+    out = {
         "dataset": config.dataset, "algorithm": config.algorithm,
         "seeds": [s["seed"] for s in summaries],
         "partition_id": summaries[0]["partition_id"],
@@ -78,3 +80,17 @@ def combine_seeds(config: ExperimentConfig, summaries: list[dict]) -> dict:
         "engine": config.engine,
         "seconds": sum(s["seconds"] for s in summaries),
     }
+    private = [s for s in summaries if "privacy" in s]
+    if private:  # the seed that spent the most: each seed's model is a release of its own
+        worst = max(private, key=lambda s: _spent(s["privacy"]))
+        out["privacy"] = {**worst["privacy"], "seed": worst["seed"]}
+    stopped = {str(s["seed"]): s["stopped"] for s in summaries if "stopped" in s}
+    if stopped:
+        out["stopped"] = stopped
+    return out
+
+
+def _spent(privacy: dict) -> float:
+    """A privacy block's epsilon, infinity where it is unbounded (null)."""
+    epsilon = privacy["epsilon"]
+    return math.inf if epsilon is None else float(epsilon)

@@ -22,10 +22,13 @@ from torch import nn
 from graphfed.data.federated import ClientData, FederatedData
 from graphfed.errors import GraphfedError
 from graphfed.protocol import AlgorithmOptions, Client, Server
+from graphfed.regression import TASKS
 from graphfed.training import OptimizerOptions, PreparedClient
 from graphfed.validation import did_you_mean, loose
 
 Family = Literal["averaging", "personalized", "clustered", "rewards"]
+# the ``tasks`` of an algorithm whose mechanism never reads a class, only the loss it is handed
+ANY_TASK: tuple[str, ...] = TASKS
 FAMILIES: dict[str, str] = {
     "averaging": "one global model, averaged (servers extend FedAvgServer)",
     "personalized": "each client keeps its own model (clients extend PersonalClient)",
@@ -89,6 +92,9 @@ class Algorithm:
     family: Family
     paper: str
     levels: tuple[str, ...] = ("node", "graph")
+    # what its clients' targets may be (``graphfed.regression``): class labels, and real values
+    # where its mechanism never reads a class (only the loss it is handed)
+    tasks: tuple[str, ...] = ("classification",)
     description: str = ""
     model: ModelFactory | None = None  # a method-defined network instead of config.model
     optimizer: OptimizerRule | None = None  # a method-defined local optimizer (SCAFFOLD's SGD)
@@ -154,18 +160,19 @@ def catalogue() -> list[dict[str, Any]]:
     """Every registered algorithm as plain data, by family then name: what ``graphfed
     algorithms`` lists and the generated tables of the README and the docs show."""
     return [{"name": a.name, "aliases": list(a.aliases), "family": a.family,
-             "levels": list(a.levels), "paper": a.paper, "batched": a.batched,
+             "levels": list(a.levels), "tasks": list(a.tasks), "paper": a.paper,
+             "batched": a.batched,
              "modes": list(a.modes)}
             for a in sorted(load_all().values(), key=lambda a: (a.family, a.name))]
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
     """``catalogue`` rows as the one-line-per-algorithm table of the README and the docs."""
-    lines = ["| name | family | levels | paper |", "|---|---|---|---|"]
+    lines = ["| name | family | levels | tasks | paper |", "|---|---|---|---|---|"]
     for row in rows:
         names = f"`{row['name']}`" + "".join(f" (`{a}`)" for a in row["aliases"])
         lines.append(f"| {names} | {row['family']} | {', '.join(row['levels'])} | "
-                     f"{row['paper']} |")
+                     f"{', '.join(row['tasks'])} | {row['paper']} |")
     return "\n".join(lines)
 
 
@@ -178,6 +185,17 @@ def family_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(["| family | algorithms |", "|---|---|",
                       *(f"| {family} | {', '.join(members)} |"
                         for family, members in names.items())])
+
+
+def check_task(algorithm: Algorithm, task: str, dataset: str) -> None:
+    """Refuse, in one line naming those that can, a dataset whose task ``algorithm`` does not
+    declare in its ``tasks``."""
+    if task in algorithm.tasks:
+        return
+    able = sorted(n for n, a in load_all().items() if task in a.tasks)
+    raise GraphfedError(f"algorithm '{algorithm.name}' is for {'/'.join(algorithm.tasks)} tasks "
+                        f"but dataset '{dataset}' is a {task} task; algorithms for {task}: "
+                        f"{', '.join(able)}")
 
 
 def get_algorithm(name: str) -> Algorithm:

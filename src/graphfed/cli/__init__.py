@@ -1,5 +1,5 @@
-"""The ``graphfed`` command line: run, reproduce, report, datasets, partition, algorithms,
-``config show`` and ``federation`` (a real federation on Flower).
+"""The ``graphfed`` command line: run, reproduce, sweep, report, datasets, partition,
+algorithms, ``config show`` and ``federation`` (a real federation on Flower).
 
 Bad input of any kind prints one readable line and exits with code 2, without a traceback; an
 unexpected error's traceback shows no local variables.
@@ -20,6 +20,7 @@ from graphfed.cli.federation import federation
 from graphfed.cli.report import report
 from graphfed.cli.reproduce import reproduce
 from graphfed.cli.run import run
+from graphfed.cli.sweep import sweep
 
 RUN_EXAMPLES = """Examples:
 
@@ -37,7 +38,7 @@ app = command_group(add_completion=False, no_args_is_help=True,
                     help="Federated graph learning: simulate, run and compare FGL algorithms.")
 # a bare `graphfed run` prints its usage: training on every default is never what was meant
 app.command(no_args_is_help=True, epilog=RUN_EXAMPLES)(run)
-for command in (reproduce, report, datasets, partition, algorithms):
+for command in (reproduce, sweep, report, datasets, partition, algorithms):
     app.command()(command)
 app.add_typer(config, name="config")
 app.add_typer(federation, name="federation")

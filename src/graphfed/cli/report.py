@@ -24,6 +24,24 @@ def _cell(key: str, stats: tuple[float, float]) -> str:
     return f"{mean:.{digits}f}" + (f" ± {std:.{digits}f}" if std else "")
 
 
+def privacy_table(rows: list[dict]) -> Table:
+    """The privacy ledgers: per message its mechanism, noise multiplier, sampling rate,
+    releases and epsilon, then the run's total (epsilon composed over every message)."""
+    table = Table(title="privacy ledger (epsilon at delta; worst seed)")
+    for col in ("run", "message", "mechanism"):
+        table.add_column(col, overflow="fold")
+    for col in ("sigma", "q", "releases", "rounds", "delta", "epsilon"):
+        table.add_column(col, justify="right")
+    for row in rows:
+        sigma, q = row.get("noise_multiplier"), row.get("sampling_rate")
+        epsilon = row["epsilon"]
+        table.add_row(row["run"], row["message"], row["mechanism"],
+                      "-" if sigma is None else f"{sigma:g}", "-" if q is None else f"{q:.3g}",
+                      str(row["releases"]), str(row["rounds"]), f"{row['delta']:g}",
+                      "unbounded" if epsilon is None else f"{epsilon:.3f}")
+    return table
+
+
 @readable
 def report(
     run_dirs: Annotated[list[Path], typer.Argument(help="finished run directories")],
@@ -36,7 +54,14 @@ def report(
 ) -> None:
     """Print a mean ± std table over seeds and the runs' heterogeneity cards (their first
     seed's partition), and save accuracy-vs-round plots."""
-    from graphfed.report import TABLE_METRICS, load_run, mean_curves, plot_curves, summary_rows
+    from graphfed.report import (
+        TABLE_METRICS,
+        load_run,
+        mean_curves,
+        plot_curves,
+        privacy_rows,
+        summary_rows,
+    )
 
     target = plot or Path(run_dirs[0]) / "report.png"
     check_plot_path(target)
@@ -60,5 +85,11 @@ def report(
     if any(run.get("heterogeneity") for run in runs):
         console.print(card_table([(row["run"], run.get("heterogeneity"))
                                   for row, run in zip(rows, runs, strict=True)]))
+    ledger = privacy_rows(runs)
+    if ledger:
+        console.print(privacy_table(ledger))
+    for run, row in zip(runs, rows, strict=True):
+        for seed, stop in run.get("stopped", {}).items():
+            console.print(f"{row['run']} seed {seed}: {stop['reason']}")
     plot_curves(curves, sorted({run["dataset"] for run in runs}), target, metric)
     console.print(f"plot: {target}")

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from torch_geometric.data import Data
 
 Level = Literal["node", "graph"]
+Task = Literal["classification", "regression"]
 
 
 class DatasetError(GraphfedError):
@@ -48,6 +49,10 @@ class DatasetSpec:
     max_degree: int | None = None  # one-hot degree cap; None: the dataset's own max degree
     pickled: tuple[str, ...] = ()  # the raw files PyG's reader unpickles
     reader: str = "torch_geometric.datasets"  # the module that holds ``pyg_class``
+    # classification: integer labels, one output per class; regression: one real-valued target
+    # per graph (``graphfed.regression``), one output
+    task: Task = "classification"
+    molecules: bool = False  # items are molecules read from SMILES: rdkit is needed
 
 
 def _planetoid(name: str) -> DatasetSpec:
@@ -128,6 +133,11 @@ _GRAPH_SPECS = [
     # that code gives IMDB-BINARY, so both social datasets fit one input layer; about 0.1 % of the
     # nodes have a larger degree and share the last column.
     _tu("REDDIT-BINARY", degree_features=True, max_degree=135),
+    # MoleculeNet's ESOL (Delaney): 1,128 molecules, their measured log solubility in mol/L.
+    # Node features: PyG's 9 categorical atom descriptors one-hot encoded (``_one_hot_atoms``);
+    # the 3 bond features are not read
+    DatasetSpec("ESOL", "graph", "MoleculeNet", "MoleculeNet", "esol/raw",
+                ("delaney-processed.csv",), "ESOL", task="regression", molecules=True),
 ]
 
 SPECS: dict[str, DatasetSpec] = {s.name: s for s in _NODE_SPECS + _GRAPH_SPECS}
@@ -141,17 +151,19 @@ class GraphDataset:
     name: str
     level: Level
     num_features: int
-    num_classes: int
+    num_classes: int  # the model's outputs: 1 for a regression target
     graph: Data | None = None
     graphs: list[Data] = field(default_factory=list)
     # a node dataset's published splits: train, val and test masks of N x (number of splits)
     splits: tuple[Tensor, Tensor, Tensor] | None = None
+    task: Task = "classification"
 
     def __repr__(self) -> str:
         size = f"{self.graph.num_nodes} nodes" if self.graph is not None else (
             f"{len(self.graphs)} graphs")
+        targets = "a real target" if self.task == "regression" else f"{self.num_classes} classes"
         return (f"GraphDataset({self.name}, {self.level}, {size}, "
-                f"{self.num_features} features, {self.num_classes} classes)")
+                f"{self.num_features} features, {targets})")
 
 
 def _key(name: str) -> str:
@@ -169,6 +181,33 @@ def canonical_name(name: str) -> str:
 def dataset_level(name: str) -> Level:
     canonical = canonical_name(name)
     return "node" if canonical in SYNTHETIC else SPECS[canonical].level
+
+
+def dataset_task(name: str) -> Task:
+    """What ``name``'s targets are: class labels or one real value per graph."""
+    canonical = canonical_name(name)
+    return "classification" if canonical in SYNTHETIC else SPECS[canonical].task
+
+
+def require_rdkit(what: str) -> None:
+    """Raise one ``DatasetError`` saying how to install rdkit when it is missing: ``what``
+    needs it to read molecules from SMILES."""
+    import importlib
+
+    try:
+        importlib.import_module("rdkit.Chem")
+    except ImportError:
+        raise DatasetError(f"{what} needs rdkit to read molecules from SMILES; install it with "
+                           "pip install 'graphfed[chem]'") from None
+
+
+def molecule_smiles(name: str) -> list[str]:
+    """The SMILES string of every molecule of dataset ``name``, in the dataset's order."""
+    spec = SPECS[canonical_name(name)]
+    if not spec.molecules:
+        raise DatasetError(f"dataset '{spec.name}' holds no molecules (no SMILES); molecular "
+                           f"datasets: {', '.join(n for n, s in SPECS.items() if s.molecules)}")
+    return [str(g.smiles).strip() for g in _load_pyg(spec)]
 
 
 def available() -> list[str]:
@@ -313,6 +352,8 @@ def _guarded(cls: Any, spec: DatasetSpec) -> Any:
 def _load_pyg(spec: DatasetSpec):
     import importlib
 
+    if spec.molecules:
+        require_rdkit(f"dataset '{spec.name}'")
     cls = _guarded(getattr(importlib.import_module(spec.reader), spec.pyg_class), spec)
     work, staged = cache_dir(), None
     try:
@@ -359,6 +400,19 @@ def _published_splits(graph: Data) -> tuple[Tensor, Tensor, Tensor] | None:
     return train, val, test
 
 
+def _one_hot_atoms(x: Tensor) -> Tensor:
+    """PyG's 9 atom descriptors (atomic number, chirality, degree, formal charge, hydrogens,
+    radical electrons, hybridisation, aromaticity, ring membership; each an index into the
+    value list ``torch_geometric.utils.smiles.x_map`` keeps for it) one-hot encoded, each over
+    its whole list, 177 columns in all: codes, not quantities (atomic number 8 is no
+    "more" than 6), and the same columns for every molecular dataset."""
+    import torch
+    from torch_geometric.utils.smiles import x_map
+
+    return torch.cat([torch.nn.functional.one_hot(x[:, i], len(values))
+                      for i, values in enumerate(x_map.values())], dim=1).float()
+
+
 def load_dataset(name: str, options: dict | None = None) -> GraphDataset:
     """Load a dataset by name (case-insensitive). ``options`` configure synthetic datasets."""
     import torch
@@ -378,6 +432,11 @@ def load_dataset(name: str, options: dict | None = None) -> GraphDataset:
         graph = Data(x=loaded.x.float(), edge_index=loaded.edge_index, y=loaded.y.view(-1))
         return GraphDataset(canonical, "node", graph.num_features, int(graph.y.max()) + 1,
                             graph=graph, splits=_published_splits(loaded))
+    if spec.task == "regression":
+        graphs = [Data(x=_one_hot_atoms(g.x), edge_index=g.edge_index,
+                       y=g.y.view(-1).float(), num_nodes=g.num_nodes) for g in dataset]
+        return GraphDataset(canonical, "graph", graphs[0].num_features, 1, graphs=graphs,
+                            task="regression")
     graphs = [Data(x=g.x, edge_index=g.edge_index, y=g.y.view(-1), num_nodes=g.num_nodes)
               for g in dataset]
     if spec.degree_features or graphs[0].x is None:

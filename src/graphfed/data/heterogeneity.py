@@ -15,7 +15,8 @@ usual measures side by side for any node- or graph-level partition. Over K clien
   returns the distance, the divergence's square root: it is squared here.
 - ``label_jsd_to_global``: the mean over clients of JSD(P_i ‖ P), P the label distribution of
   the union of the clients' items (an item two clients share counted once): how far each
-  client is from the task the federation learns as a whole.
+  client is from the task the federation learns as a whole. Both are null on a regression
+  dataset (real targets, no label distribution).
 - ``feature_mmd``: feature shift, the mean over client pairs of the squared maximum mean
   discrepancy of their feature samples X_i, X_j with a Gaussian kernel
   k(x, y) = exp(−‖x − y‖² / (2σ²)), MMD² = mean k(X_i, X_i) + mean k(X_j, X_j) − 2 mean
@@ -203,7 +204,8 @@ def card(data: FederatedData, source: GraphDataset) -> dict:
     chosen = (nonempty if len(nonempty) <= PAIR_CLIENTS
               else np.sort(rng.choice(nonempty, PAIR_CLIENTS, replace=False)))
     out = {"clients": data.num_clients, "size_gini": gini(sizes),
-           **_label_skew(items, data.num_classes, chosen),
+           **(_label_skew(items, data.num_classes, chosen) if source.task == "classification"
+              else {"label_jsd_mean": None, "label_jsd_to_global": None}),
            "feature_mmd": (mean_pairwise_mmd(_feature_samples(data, chosen, sizes, rng))
                            if all(_has_features(c) for c in data.clients) else None),
            "homophily_mean": None, "homophily_std": None, "edges_lost": None,

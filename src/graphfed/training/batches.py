@@ -19,6 +19,7 @@ from graphfed.data.federated import SPLITS, ClientData, GraphClient, NodeClient
 from graphfed.data.sampling import WHOLE_GRAPH_WEIGHTS, NeighbourSampler, SamplingOptions
 from graphfed.errors import GraphfedError
 from graphfed.metrics import majority_class
+from graphfed.regression import TargetScale
 
 # a node-level model's inputs (features, edges, edge weights) and a graph-level one's (features,
 # edges, each node's graph, the number of graphs, edge weights)
@@ -121,6 +122,8 @@ class _TrainMajority:
     through the class's own ``labels``)."""
 
     labels: Callable[[str], Tensor]  # each class's own method
+    # a regression client's standardisation (its targets are held standardised); None: labels
+    target_scale: TargetScale | None = None
 
     @cached_property
     def train_majority(self) -> int | None:
@@ -223,7 +226,8 @@ class _CollatedGraphs:
     y: Tensor
     batch: Tensor
 
-    def __init__(self, graphs: list[Data], model: nn.Module, device: torch.device):
+    def __init__(self, graphs: list[Data], model: nn.Module, device: torch.device,
+                 scale: TargetScale | None = None):
         self.num_graphs = len(graphs)
         if not graphs:
             return
@@ -231,6 +235,8 @@ class _CollatedGraphs:
             [Data(x=g.x, edge_index=g.edge_index, y=g.y, num_nodes=g.num_nodes) for g in graphs])
         prepared = _prepare(model, collated).to(device)
         self.x, self.edge_index, self.y = prepared.x, prepared.edge_index, prepared.y
+        if scale is not None:
+            self.y = scale.standardise(self.y)
         self.edge_weight = getattr(prepared, "edge_weight", None)
         self.batch = collated.batch.to(device)
 
@@ -267,7 +273,9 @@ class PreparedGraphClient(_TrainMajority):
     evaluation_draws = False  # whole graphs are scored: no draw
 
     def __init__(self, client: GraphClient, model: nn.Module, device: torch.device):
-        self.splits = {s: _CollatedGraphs(client.graphs[s], model, device) for s in SPLITS}
+        self.target_scale = _target_scale(client)
+        self.splits = {s: _CollatedGraphs(client.graphs[s], model, device, self.target_scale)
+                       for s in SPLITS}
         self.graphs = client.graphs  # the raw graphs, for structure statistics (e.g. motifs)
 
     def num_samples(self, split: str) -> int:
@@ -302,6 +310,20 @@ class PreparedGraphClient(_TrainMajority):
                  else torch.arange(n, device=device))
         for chunk in order.split(batch_size):
             yield graphs.take(chunk)
+
+
+def _target_scale(client: GraphClient) -> TargetScale | None:
+    """A regression client's standardisation, from its training targets only; None for class
+    labels. A set of graphs with real targets and no training graph (a global test set) has
+    no scale of its own to score a client's predictions by, and is refused."""
+    first = next((g for graphs in client.graphs.values() for g in graphs), None)
+    if first is None or not first.y.is_floating_point():
+        return None
+    if not client.graphs["train"]:
+        raise GraphfedError("a regression client standardises its targets by its own training "
+                            "graphs, and this set has none (a global test set: leave "
+                            "partition.global_test unset; a client: use fewer clients)")
+    return TargetScale.of(client.labels("train"))
 
 
 PreparedClient = PreparedNodeClient | PreparedGraphClient

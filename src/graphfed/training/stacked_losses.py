@@ -5,9 +5,9 @@ passes of about ``PASS_ROWS`` nodes."""
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
+from graphfed.regression import row_losses
 from graphfed.tensors import Params
 from graphfed.training.batches import GraphBatch, NodeBatch
 from graphfed.training.joined import join_clients, joined_forward
@@ -42,8 +42,8 @@ def graph_losses(model: nn.Module, live: Params, keys: Tensor, step: int,
         logits = stacked_forward(model, live, keys, step, inputs)
         return _masked_mean_losses(logits[:, :targets.size(1)], targets, mask)
     owner = joined_batch.graphs.owner
-    losses = F.cross_entropy(joined_forward(model, live, joined_batch, keys, step),
-                             joined_batch.labels, reduction="none")
+    losses = row_losses(joined_forward(model, live, joined_batch, keys, step),
+                        joined_batch.labels)
     counts = torch.bincount(owner, minlength=len(chosen))
     return losses.new_zeros(len(chosen)).index_add(0, owner, losses) / counts.clamp(min=1), counts
 
@@ -88,6 +88,6 @@ def _masked_mean_losses(logits: Tensor, targets: Tensor, mask: Tensor) -> tuple[
     """Per client (padded ``[K, n, C]`` logits) the mean loss over its real rows, and their
     count."""
     counts = mask.sum(1)
-    losses = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1),
-                             reduction="none").view_as(targets)
+    losses = row_losses(logits.reshape(-1, logits.size(-1)), targets.reshape(-1)
+                        ).view_as(targets)
     return (losses * mask).sum(1) / counts.clamp(min=1), counts

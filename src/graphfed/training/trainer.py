@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, cast, overload
 
 import torch
-import torch.nn.functional as F
 from pydantic import BaseModel, Field
 from torch import Tensor, nn
 from torch.func import functional_call
 
 from graphfed.metrics import many_classification_metrics
+from graphfed.regression import many_regression_metrics, mean_loss
 from graphfed.tensors import Params
 from graphfed.training.batches import (
     GraphBatch,
@@ -145,7 +145,7 @@ class Trainer:
                     logits = batch.forward(self.model, call)
                 else:
                     logits, embedding = batch.forward(self.model, call, with_embedding=True)
-                loss = F.cross_entropy(logits, batch.targets)
+                loss = mean_loss(logits, batch.targets)
                 objective = loss if extra_loss is None else loss + _extra(extra_loss, live, loss)
                 if batch_loss is not None:
                     objective = objective + batch_loss(live, batch, embedding)
@@ -200,8 +200,15 @@ class Trainer:
 
     def clients_split_metrics(self, outputs: list[dict[str, tuple[Tensor, Tensor]]],
                               clients: list[PreparedClient]) -> list[SplitMetrics]:
-        """``split_metrics`` of many clients, computed together (``many_classification_metrics``):
+        """``split_metrics`` of many clients, computed together (``many_classification_metrics``,
+        or ``many_regression_metrics`` for clients whose targets are standardised real values):
         what a batched evaluation scores in one pass."""
+        if any(data.target_scale is not None for data in clients):
+            metrics = iter(many_regression_metrics(
+                [(predictions, target, data.target_scale)
+                 for splits, data in zip(outputs, clients, strict=True) if data.target_scale
+                 for predictions, target in splits.values()]))
+            return [{s: next(metrics) for s in splits} for splits in outputs]
         scored = [(logits, target, data.train_majority)
                   for splits, data in zip(outputs, clients, strict=True)
                   for logits, target in splits.values()]

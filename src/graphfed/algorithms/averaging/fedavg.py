@@ -3,13 +3,15 @@ sample-size weighted average of the returned parameters."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import Field
 
-from graphfed.algorithms.registry import Algorithm, register
+from graphfed.algorithms.registry import ANY_TASK, Algorithm, register
+from graphfed.errors import GraphfedError
 from graphfed.mechanisms.robust import robust_average
 from graphfed.messages import NUM_SAMPLES, Message, ScalarSpec, TensorSpec, fit_scalars, spec_of
+from graphfed.privacy.dp_fedavg import DPAggregator
 from graphfed.protocol import AlgorithmOptions, Client, ClientContext, Server, Setup
 from graphfed.tensors import Params
 from graphfed.training import TrainStats
@@ -29,6 +31,9 @@ class FedAvgServer(Server):
     def __init__(self, setup: Setup):
         super().__init__(setup)
         self.params: Params = {k: v.clone() for k, v in setup.initial_params.items()}
+        dp = setup.dp
+        self.dp = (None if dp is None else
+                   DPAggregator(dp.options, dp.clients_per_round, setup.num_clients))
 
     def configure_fit(self, rnd: int, clients: list[int]) -> dict[int, Message]:
         message = Message(tensors=self.params)
@@ -53,8 +58,25 @@ class FedAvgServer(Server):
                 current: Params | None) -> Params:
         """The one place an averaging server combines models: the run's aggregation rule
         (``aggregation.rule``; the weighted mean by default) over ``models``, ``current`` being
-        the model they were trained from (what ``norm_clip`` measures updates against)."""
+        the model they were trained from (what ``norm_clip`` measures updates against). Under
+        ``dp`` it is DP-FedAvg's uniform clipped and noised mean, a release for the ledger."""
+        if self.dp is not None:
+            self.record_release(self.dp.release)
+            return self.dp.average(models, current)
         return robust_average(models, weights, self.setup.aggregation, current)
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        if self.dp is not None:  # the adaptive clip
+            state["dp"] = self.dp.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        if self.dp is not None:
+            if "dp" not in state:
+                raise GraphfedError("checkpoint lacks server state ['dp']")
+            self.dp.load_state_dict(state["dp"])
 
     configure_evaluate = configure_fit
 
@@ -83,6 +105,7 @@ class FedAvgClient(Client):
 FEDAVG = register(Algorithm(
     "fedavg", FedAvgServer, FedAvgClient, FedAvgOptions,
     family="averaging",
+    tasks=ANY_TASK,
     paper="McMahan et al., AISTATS 2017 (FedAvg)",
     batched=True,
     sparse_features=True,

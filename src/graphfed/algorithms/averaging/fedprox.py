@@ -18,7 +18,7 @@ from pydantic import Field
 from torch import Tensor
 
 from graphfed.algorithms.averaging.fedavg import FedAvgClient, FedAvgOptions, FedAvgServer
-from graphfed.algorithms.registry import Algorithm, register
+from graphfed.algorithms.registry import ANY_TASK, Algorithm, register
 from graphfed.messages import Message, ScalarRange, ScalarSpec, TensorSpec
 from graphfed.protocol import ClientContext
 from graphfed.tensors import Params
@@ -30,7 +30,10 @@ MU = "mu"  # reply scalar of the adaptive variant: the client's mu after its loc
 
 class FedProxOptions(FedAvgOptions):
     mu: float = Field(0.01, ge=0.0, description="proximal coefficient (the adaptive mu starts "
-                      "at adaptive_mu_start instead)")
+                      "at adaptive_mu_start instead)", json_schema_extra={"search": {
+                          "low": 0.001, "high": 1.0, "log": True, "points": 4,
+                          "source": "Li et al., MLSys 2020 (FedProx): the best mu from the "
+                          "candidate set {0.001, 0.01, 0.1, 1}"}})
     adaptive: bool = Field(False, description="FedEgo's adaptive mu and size-normalised "
                            "Frobenius proximal term (see the module docstring)")
     adaptive_mu_start: float = Field(1.0, gt=0.0, description="initial adaptive mu (FedEgo: 1)")
@@ -99,6 +102,7 @@ class FedProxClient(FedAvgClient):
 FEDPROX = register(Algorithm(
     "fedprox", FedProxServer, FedProxClient, FedProxOptions,
     family="averaging",
+    tasks=ANY_TASK,
     paper="Li et al., MLSys 2020 (FedProx)",
     batched=True,
     sparse_features=True,

@@ -39,7 +39,7 @@ from pydantic import Field
 from torch import Tensor
 
 from graphfed.algorithms.averaging.fedavg import FedAvgClient, FedAvgOptions, FedAvgServer
-from graphfed.algorithms.registry import Algorithm, Check, RunView, register
+from graphfed.algorithms.registry import ANY_TASK, Algorithm, Check, RunView, register
 from graphfed.mechanisms.representation import RepresentationTap
 from graphfed.messages import Message
 from graphfed.protocol import ClientContext
@@ -53,7 +53,11 @@ PREVIOUS = "moon_previous"  # the client's model after its last local training (
 
 class MoonOptions(FedAvgOptions):
     mu: float = Field(1.0, ge=0.0, description="μ, the weight of the model-contrastive loss "
-                      "(paper: 5 on CIFAR-10, 1 on CIFAR-100/Tiny-ImageNet; code and OpenFGL: 1)")
+                      "(paper: 5 on CIFAR-10, 1 on CIFAR-100/Tiny-ImageNet; code and OpenFGL: 1)",
+                      json_schema_extra={"search": {
+                          "choices": [0.1, 1.0, 5.0, 10.0],
+                          "source": "Li, He, Song, CVPR 2021 (MOON): mu tuned from "
+                          "{0.1, 1, 5, 10}"}})
     temperature: float = Field(0.5, gt=0.0, description="τ of the contrastive softmax "
                                "(paper and both codes: 0.5)")
     contrast: Literal["batch", "all"] = Field(
@@ -165,6 +169,7 @@ def needs_hidden_representation(method: str) -> Check:
 MOON = register(Algorithm(
     "moon", FedAvgServer, MoonClient, MoonOptions,
     family="averaging",
+    tasks=ANY_TASK,
     paper="Li et al., CVPR 2021 (MOON)",
     levels=("node", "graph"),
     check=needs_hidden_representation("moon"),

@@ -40,7 +40,7 @@ from pydantic import Field
 from torch import Tensor
 
 from graphfed.algorithms.personalized.base import PersonalClient
-from graphfed.algorithms.registry import AT_NODE_LEVEL, Algorithm, RunView, register
+from graphfed.algorithms.registry import ANY_TASK, AT_NODE_LEVEL, Algorithm, RunView, register
 from graphfed.mechanisms.clustering import min_cut
 from graphfed.mechanisms.updates import LayerScope, add_flat, delta, shared_names
 from graphfed.messages import NUM_SAMPLES, Message, ScalarRange, ScalarSpec, TensorSpec, fit_scalars
@@ -166,6 +166,7 @@ class GCFLClient(PersonalClient):
 GCFL = register(Algorithm(
     "gcfl", GCFLServer, GCFLClient, GCFLOptions,
     family="clustered",
+    tasks=ANY_TASK,
     paper="Xie et al., NeurIPS 2021 (GCFL)",
     levels=("graph", "node"),
     check=check_scope,

@@ -22,7 +22,7 @@ from graphfed.algorithms.clustered.gcfl import (
     GCFLServer,
     check_scope,
 )
-from graphfed.algorithms.registry import AT_NODE_LEVEL, Algorithm, register
+from graphfed.algorithms.registry import ANY_TASK, AT_NODE_LEVEL, Algorithm, register
 from graphfed.mechanisms.clustering import dtw_distance, min_cut
 from graphfed.protocol import Setup
 
@@ -77,6 +77,7 @@ class GCFLPlusServer(GCFLServer):
 GCFL_PLUS = register(Algorithm(
     "gcfl+", GCFLPlusServer, GCFLClient, GCFLPlusOptions,
     family="clustered",
+    tasks=ANY_TASK,
     paper="Xie et al., NeurIPS 2021 (GCFL+)",
     levels=("graph", "node"),
     check=check_scope,

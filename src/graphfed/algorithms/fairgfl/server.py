@@ -44,11 +44,15 @@ from graphfed.messages import (
     spec_of,
 )
 from graphfed.metrics import spearman
+from graphfed.privacy.ledger import Release
 from graphfed.protocol import Setup
 from graphfed.training import PreparedClient
 from graphfed.training.batches import PreparedNodeClient
 
 BUDGET = ScalarRange(0.0)  # a privacy budget spent: finite, non-negative
+LEDGER_NOTES = {  # what the ledger's LDP epsilons bound: the worst-off node's and link's
+    "eps_node": "LDP per node: code_dim x eps_v = {o.code_dim} x {o.eps_v:g} per element",
+    "eps_link": "LDP per node pair: eps_e = {o.eps_e:g}"}
 
 
 def server_inputs(data: FederatedData, on_server: Callable[[ClientData], PreparedClient]
@@ -138,6 +142,9 @@ class FairGFLServer(FedAvgServer):
                      "eps_node": max(float(replies[c].scalars[EPS_NODE]) for c in ids),
                      "eps_link": max(float(replies[c].scalars[EPS_LINK]) for c in ids),
                      "upload_bytes": _largest_upload(replies.values(), set(self.params))}
+        for message, key in (("fairgfl.features", "eps_node"), ("fairgfl.links", "eps_link")):
+            self.record_release(Release(message, "pure", epsilon=self.last[key], cumulative=True,
+                                        note=LEDGER_NOTES[key].format(o=o)))
 
     def _estimate(self, ids: list[int], replies: dict[int, Message]) -> None:
         """Step 3: every ordered pair of this round's clients, folded into the accumulated

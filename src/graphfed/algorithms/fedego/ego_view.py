@@ -14,6 +14,7 @@ from torch.func import functional_call
 from graphfed.algorithms.fedego.options import FedEgoOptions, split_params
 from graphfed.data.sampling import NeighbourSampler
 from graphfed.models.ego import FedEgoNet, mash, tree_size
+from graphfed.regression import TargetScale
 from graphfed.tensors import Params
 from graphfed.training import PreparedClient
 from graphfed.training.batches import ModelCall, PreparedNodeClient
@@ -41,6 +42,11 @@ class EgoView:
         self.data, self.options = data, options
         self.sampler = NeighbourSampler(data.edge_index, len(data.y))
         self.size = tree_size(options.hops, options.fanout)
+
+    @property
+    def target_scale(self) -> TargetScale | None:
+        """The underlying client's (None: FedEgo is node classification)."""
+        return self.data.target_scale
 
     def num_samples(self, split: str) -> int:
         return self.data.num_samples(split)

@@ -18,6 +18,7 @@ from graphfed.algorithms.fedego.options import (
 from graphfed.mechanisms.updates import with_prefix
 from graphfed.messages import Message, MessageError, Scalar, ScalarSpec, TensorSpec, fit_scalars
 from graphfed.models.ego import PersonalLayers, PersonalMLP, tree_size
+from graphfed.privacy.ledger import Release
 from graphfed.protocol import Server, Setup
 from graphfed.training import Trainer
 from graphfed.training.trainer import OptimizerOptions
@@ -95,6 +96,11 @@ class FedEgoServer(Server):
         ego = sum(m.tensors["mashed_x"].nbytes + m.tensors["mashed_y"].nbytes
                   for m in replies.values())
         self.last = {"mashed_graphs": len(x), "upload_ego_bytes": ego, "server_loss": loss}
+        if self.options.noise_sigma > 0:
+            self.record_release(Release(
+                "fedego.embeddings", "gaussian", count=len(replies),
+                note=f"noise std {self.options.noise_sigma:g} on unclipped embeddings: no "
+                "bounded sensitivity, so no epsilon"))
 
     def round_metrics(self) -> dict[str, Any]:
         return dict(self.last)

@@ -36,15 +36,15 @@ from __future__ import annotations
 from typing import Literal, cast
 
 import torch
-import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor
 
 from graphfed.algorithms.averaging.fedavg import FedAvgOptions, FedAvgServer
 from graphfed.algorithms.personalized.base import PersonalClient
-from graphfed.algorithms.registry import Algorithm, register
+from graphfed.algorithms.registry import ANY_TASK, Algorithm, register
 from graphfed.messages import Message
 from graphfed.protocol import ClientContext
+from graphfed.regression import mean_loss
 from graphfed.tensors import Params
 from graphfed.training import Trainer
 from graphfed.training.batches import GraphBatch, NodeBatch
@@ -99,7 +99,7 @@ def projected_alpha_step(alpha: float, gradient: float, lr: float, l2: float) ->
 def loss_gradient(trainer: Trainer, params: Params, batch: NodeBatch | GraphBatch) -> Params:
     """∇ of the batch's cross-entropy at ``params`` (zero for a parameter it does not use)."""
     leaf = {k: t.detach().requires_grad_(True) for k, t in params.items()}
-    loss = F.cross_entropy(trainer.forward(leaf, batch), batch.targets)
+    loss = mean_loss(trainer.forward(leaf, batch), batch.targets)
     grads = torch.autograd.grad(loss, list(leaf.values()), allow_unused=True)
     return {k: torch.zeros_like(t) if g is None else g
             for (k, t), g in zip(leaf.items(), grads, strict=True)}
@@ -175,6 +175,7 @@ class APFLClient(PersonalClient):
 APFL = register(Algorithm(
     "apfl", FedAvgServer, APFLClient, APFLOptions,
     family="personalized",
+    tasks=ANY_TASK,
     paper="Deng et al., arXiv 2003.13461, 2020 (APFL)",
     levels=("node", "graph"),
     sparse_features=True,

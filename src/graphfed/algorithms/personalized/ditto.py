@@ -30,7 +30,7 @@ from pydantic import Field
 
 from graphfed.algorithms.averaging.fedavg import FedAvgOptions, FedAvgServer
 from graphfed.algorithms.personalized.base import PersonalClient
-from graphfed.algorithms.registry import Algorithm, register
+from graphfed.algorithms.registry import ANY_TASK, Algorithm, register
 from graphfed.messages import Message
 from graphfed.protocol import ClientContext, Server
 from graphfed.tensors import Params
@@ -43,7 +43,10 @@ class DittoOptions(FedAvgOptions):
     lam: float = Field(
         1.0, ge=0.0, description="λ, the pull of the personal model towards the global one: "
         "the paper tunes it per dataset from {0.05, 0.1, 0.2, 0.5, 1, 2}; the authors' run "
-        "scripts pass 1. 0: each personal model trains alone (Local)")
+        "scripts pass 1. 0: each personal model trains alone (Local)", json_schema_extra={
+            "search": {"choices": [0.05, 0.1, 0.2, 0.5, 1.0, 2.0],
+                       "source": "Li et al., ICML 2021 (Ditto): lambda tuned per dataset from "
+                       "{0.05, 0.1, 0.2, 0.5, 1, 2}"}})
     personal_epochs: int | None = Field(
         None, ge=1, description="epochs of v per round; default (null) the run's "
         "local_epochs, as Algorithm 1 and the authors' code take as many steps of v as of w")
@@ -81,6 +84,7 @@ class DittoClient(PersonalClient):
 DITTO = register(Algorithm(
     "ditto", DittoServer, DittoClient, DittoOptions,
     family="personalized",
+    tasks=ANY_TASK,
     paper="Li et al., ICML 2021 (Ditto)",
     levels=("node", "graph"),
     sparse_features=True,

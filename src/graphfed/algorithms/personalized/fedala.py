@@ -44,15 +44,15 @@ import random
 import statistics
 
 import torch
-import torch.nn.functional as F
 from pydantic import Field
 
 from graphfed.algorithms.averaging.fedavg import FedAvgOptions, FedAvgServer
 from graphfed.algorithms.personalized.base import PersonalClient
-from graphfed.algorithms.registry import Algorithm, register
+from graphfed.algorithms.registry import ANY_TASK, Algorithm, register
 from graphfed.mechanisms.layers import top_layers
 from graphfed.messages import Message
 from graphfed.protocol import ClientContext, Server, Setup
+from graphfed.regression import mean_loss
 from graphfed.tensors import Params
 from graphfed.training import PreparedClient, Trainer
 from graphfed.training.batches import GraphBatch, NodeBatch, PreparedNodeClient
@@ -125,7 +125,7 @@ class AdaptiveLocalAggregation:
         """∇_θ̂ L on the weighted tensors at the current θ̂, and the batch loss."""
         params = aggregate(self.local, self.glob, self.weights)
         leaves = {k: params[k].requires_grad_(True) for k in self.weights}
-        loss = F.cross_entropy(self.trainer.forward(params, batch), batch.targets)
+        loss = mean_loss(self.trainer.forward(params, batch), batch.targets)
         grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
         return ({k: torch.zeros_like(t) if g is None else g
                  for (k, t), g in zip(leaves.items(), grads, strict=True)}, float(loss.detach()))
@@ -196,6 +196,7 @@ class FedALAClient(PersonalClient):
 FEDALA = register(Algorithm(
     "fedala", FedALAServer, FedALAClient, FedALAOptions,
     family="personalized",
+    tasks=ANY_TASK,
     paper="Zhang et al., AAAI 2023 (FedALA)",
     levels=("node", "graph"),
     sparse_features=True,

@@ -40,7 +40,7 @@ from torch import Tensor
 
 from graphfed.algorithms.personalized.base import PersonalClient
 from graphfed.algorithms.personalized.network import NetworkServer
-from graphfed.algorithms.registry import Algorithm, register
+from graphfed.algorithms.registry import ANY_TASK, Algorithm, register
 from graphfed.mechanisms.client_network import (
     cosine_similarities,
     exp_similarity_weights,
@@ -138,6 +138,7 @@ class FedAMPClient(PersonalClient):
 FEDAMP = register(Algorithm(
     "fedamp", FedAMPServer, FedAMPClient, FedAMPOptions,
     family="personalized",
+    tasks=ANY_TASK,
     paper="Huang et al., AAAI 2021 (FedAMP)",
     levels=("graph", "node"),
     batched=True,

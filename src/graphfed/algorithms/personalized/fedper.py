@@ -24,7 +24,7 @@ from pydantic import Field
 
 from graphfed.algorithms.averaging.fedavg import FedAvgOptions, FedAvgServer
 from graphfed.algorithms.personalized.base import PersonalClient
-from graphfed.algorithms.registry import Algorithm, register
+from graphfed.algorithms.registry import ANY_TASK, Algorithm, register
 from graphfed.mechanisms.layers import top_layers
 from graphfed.messages import Message
 from graphfed.protocol import ClientContext, Setup
@@ -83,6 +83,7 @@ class FedPerClient(PersonalClient):
 FEDPER = register(Algorithm(
     "fedper", FedPerServer, FedPerClient, FedPerOptions,
     family="personalized",
+    tasks=ANY_TASK,
     paper="Arivazhagan et al., arXiv 1912.00818, 2019 (FedPer)",
     levels=("node", "graph"),
     batched=True,

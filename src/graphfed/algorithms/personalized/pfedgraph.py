@@ -51,7 +51,7 @@ from torch import Tensor
 
 from graphfed.algorithms.personalized.base import PersonalClient
 from graphfed.algorithms.personalized.network import NetworkServer
-from graphfed.algorithms.registry import Algorithm, register
+from graphfed.algorithms.registry import ANY_TASK, Algorithm, register
 from graphfed.mechanisms.client_network import (
     NORM_EPS,
     cosine_similarities,
@@ -150,6 +150,7 @@ class PFedGraphClient(PersonalClient):
 PFEDGRAPH = register(Algorithm(
     "pfedgraph", PFedGraphServer, PFedGraphClient, PFedGraphOptions,
     family="personalized",
+    tasks=ANY_TASK,
     paper="Ye et al., ICML 2023 (pFedGraph)",
     levels=("graph", "node"),
     description="per-client aggregation by a collaboration graph inferred from update cosines "

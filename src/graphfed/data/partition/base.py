@@ -92,6 +92,10 @@ class PublishedSplitOption(PartitionBase):
     dataset's published splits (the heterophilous sets publish ten) instead of its own random
     draw, so a federated result is comparable with the centralised ones on the same masks."""
 
+    # options dumped only when set, so that the partitions that leave them unset keep the
+    # artifact ids and run fingerprints they had before the options existed
+    dumped_when_set: ClassVar[tuple[str, ...]] = ("published_split",)
+
     published_split: int | None = Field(
         None, ge=0, description="take every node's train/val/test role from the dataset's "
         "published split number i (0 .. 9 on the heterophilous sets) instead of the random draw "
@@ -107,12 +111,13 @@ class PublishedSplitOption(PartitionBase):
     @model_serializer(mode="wrap")
     def _dump_published_split_only_when_set(
             self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """Left out while unset, so every partition without it keeps the artifact id and run
-        fingerprint it had before the option existed (cached splits and checkpoints stay
-        valid)."""
+        """``dumped_when_set`` left out while unset, so every partition without them keeps the
+        artifact id and run fingerprint it had before the options existed (cached splits and
+        checkpoints stay valid)."""
         dumped = handler(self)
-        if self.published_split is None:
-            dumped.pop("published_split", None)
+        for name in self.dumped_when_set:
+            if getattr(self, name) is None:
+                dumped.pop(name, None)
         return dumped
 
     def published_roles(self, plan: SplitPlan, dataset: str, level: str,

@@ -21,6 +21,7 @@ from graphfed.data.partition.planned_options import (
     GCFLCodePartition,
     GPFLDirichletPartition,
     GPFLToyPartition,
+    ScaffoldPartition,
 )
 from graphfed.data.partition.protocol_options import (
     FedPubDisjointPartition,
@@ -43,7 +44,8 @@ PartitionOptions = Annotated[
     | UniformPartition | GCFLChunkPartition | GCFLCodePartition | GPFLDirichletPartition
     | GPFLToyPartition | FedEgoLabelPartition | FedEgoLouvainPartition
     | FedSprayPublishedPartition | FairGFLOverlapPartition | FedPubDisjointPartition
-    | FedPubOverlappingPartition | OpenFGLLouvainPartition | OpenFGLMetisPartition,
+    | FedPubOverlappingPartition | OpenFGLLouvainPartition | OpenFGLMetisPartition
+    | ScaffoldPartition,
     Field(discriminator="name"),
 ]
 

@@ -11,6 +11,7 @@ from typing import ClassVar, Literal
 import numpy as np
 from pydantic import BaseModel, Field, model_validator
 
+from graphfed.data.datasets import molecule_smiles
 from graphfed.data.partition.base import PartitionBase, SplitRatios
 from graphfed.data.partition.fedego import label_skew_plan, louvain_plan
 from graphfed.data.partition.fedspray import (
@@ -23,6 +24,7 @@ from graphfed.data.partition.fedspray import (
 from graphfed.data.partition.gpfl import gpfl_split, gpfl_toy_split
 from graphfed.data.partition.graph import gcfl_code_split
 from graphfed.data.partition.overlap import PoolDraw, group_coefficients, overlap_plan
+from graphfed.data.partition.regression import scaffold_plan
 from graphfed.validation import OPTIONS, Seed
 
 
@@ -37,6 +39,23 @@ class GCFLCodePartition(PartitionBase):
 
     def plan(self, graph, labels, num_clients, seed, rng, dataset):
         return gcfl_code_split(len(labels), num_clients, seed)
+
+
+class ScaffoldPartition(PartitionBase):
+    """Scaffold clients of a molecular dataset (``regression.scaffold_plan``): each
+    Bemis–Murcko scaffold in one client, largest groups first to the smallest client, and
+    scaffold-disjoint train/val/test splits inside each client."""
+
+    levels: ClassVar[tuple[str, ...]] = ("graph",)
+    no_global_test: ClassVar[str | None] = (
+        "scaffold clients hold every molecule, each client testing on scaffolds of its own")
+    name: Literal["scaffold"] = "scaffold"
+    split: SplitRatios = Field(
+        (0.8, 0.1, 0.1), description="per-client train/val/test shares, filled by whole "
+        "scaffold groups, largest first")
+
+    def plan(self, graph, labels, num_clients, seed, rng, dataset):
+        return scaffold_plan(molecule_smiles(dataset), num_clients, self.split)
 
 
 class _GPFLFolds(PartitionBase):

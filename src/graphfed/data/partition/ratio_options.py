@@ -6,12 +6,15 @@ from __future__ import annotations
 from typing import ClassVar, Literal
 
 import numpy as np
+import torch
 from pydantic import Field
 
 from graphfed.data.partition.base import RatioPartition
 from graphfed.data.partition.graph import gcfl_chunk_split
 from graphfed.data.partition.label_skew import dirichlet_split, uniform_split
 from graphfed.data.partition.node import louvain_split, major_labels_split, metis_split
+from graphfed.data.partition.regression import quantile_bins
+from graphfed.errors import GraphfedError
 
 
 class LouvainPartition(RatioPartition):
@@ -53,14 +56,32 @@ class MajorLabelsPartition(RatioPartition):
                                   np.random.default_rng(seed), self.overlap)
 
 
+DEFAULT_BINS = 5  # a real target's quantile bins where ``bins`` is unset: quintiles
+
+
 class DirichletPartition(RatioPartition):
+    dumped_when_set: ClassVar[tuple[str, ...]] = ("published_split", "bins")
     name: Literal["dirichlet"] = "dirichlet"
     alpha: float = Field(0.5, gt=0.0)
     min_size: int = Field(10, ge=1)
+    bins: int | None = Field(
+        None, ge=2, description="a regression dataset's real-valued target: the number of "
+        f"target-quantile bins that act as its labels (unset: {DEFAULT_BINS}); class labels "
+        "take none")
 
     def assign(self, labels, graph, num_clients, seed):
-        return dirichlet_split(labels, num_clients, self.alpha, np.random.default_rng(seed),
-                               self.min_size)
+        return dirichlet_split(self._classes(labels), num_clients, self.alpha,
+                               np.random.default_rng(seed), self.min_size)
+
+    def _classes(self, labels: torch.Tensor) -> torch.Tensor:
+        """What the Dirichlet draw deals by: the class labels, or a real target's quantile
+        bins."""
+        if not labels.is_floating_point():
+            if self.bins is not None:
+                raise GraphfedError("partition.bins applies to a regression dataset's real "
+                                    "targets; leave it unset for class labels")
+            return labels
+        return quantile_bins(labels, self.bins or DEFAULT_BINS)
 
 
 class UniformPartition(RatioPartition):
