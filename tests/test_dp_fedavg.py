@@ -155,13 +155,13 @@ def test_bad_dp_settings_are_one_line_and_exit_2(tmp_path, overrides, message):
 def test_flower_simulation_draws_the_same_noise(tmp_path):
     pytest.importorskip("flwr", reason="Flower is not installed (pip install '.[flower]')")
     from graphfed.launch import run as run_experiment
-    from tests.test_flower import assert_same_run, config_of
+    from tests.test_flower import ON_FLOWER, assert_same_run, config_of
 
     extra = ("dp.noise_multiplier=0.3", "dp.clip=0.5", "dp.clipping=adaptive",
              "dp.count_stddev=1")
     local, _ = run_experiment(config_of("fedavg-cora", *extra), tmp_path / "local",
                               progress=False)
-    flower, _ = run_experiment(config_of("fedavg-cora", *extra, "runtime=flower-sim"),
+    flower, _ = run_experiment(config_of("fedavg-cora", *extra, *ON_FLOWER),
                                tmp_path / "flower", progress=False)
     assert_same_run(local, flower)
     ledgers = [json.loads((d / "summary.json").read_text())["privacy"] for d in (local, flower)]

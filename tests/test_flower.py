@@ -21,6 +21,9 @@ from tests.conftest import require
 flwr = pytest.importorskip("flwr", reason="Flower is not installed (pip install '.[flower]')")
 
 TOL = 1e-5
+# a simulated node's first answer waits for its actor to import torch and graphfed: on a loaded
+# machine (a test suite on two workers) that can outlast the 120 s default
+ON_FLOWER = ("runtime=flower-sim", "flower.connect_timeout=600")
 CASES = {
     "fedavg-cora": ["dataset=Cora", "algorithm=fedavg", "partition=louvain"],
     "fedavg-cora-median-under-attack": ["dataset=Cora", "algorithm=fedavg", "partition=louvain",
@@ -136,7 +139,7 @@ def test_flower_simulation_matches_in_process(case, tmp_path):
     """Same seed, same per-client and global metrics on Ray-backed Flower as in-process; the
     bytes that crossed Flower equal the protocol's own count."""
     local, _ = run_experiment(config_of(case), tmp_path / "local", progress=False)
-    flower, summary = run_experiment(config_of(case, "runtime=flower-sim"), tmp_path / "flower",
+    flower, summary = run_experiment(config_of(case, *ON_FLOWER), tmp_path / "flower",
                                      progress=False)
     assert_same_run(local, flower)
     assert_wire_bytes_match_protocol(flower)
