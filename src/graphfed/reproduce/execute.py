@@ -104,7 +104,7 @@ def run_cells(cells: list[Cell], runs: Path, progress: bool, jobs: int,
         if pooled and ray_address:
             from graphfed.reproduce.ray_cluster import train_on_ray
 
-            train_on_ray(tasks, runs, progress, ray_address)
+            train_on_ray(tasks, runs, progress, ray_address, train_seed, adopt_finished)
         elif pooled:
             _train_seeds(tasks, runs, progress, jobs)
     elif progress:

@@ -1,7 +1,7 @@
 """Seeds trained as tasks on an existing Ray cluster, for a grid that one machine cannot hold.
 
-Each unfinished seed is one Ray task (one CPU, or ``gpus`` of a GPU) that runs exactly what a
-``--jobs`` worker runs (``execute.train_seed``): the seed as a run under ``OUT/runs/.seeds``,
+Each unfinished seed is one Ray task (one CPU) that runs exactly what a ``--jobs`` worker runs
+(``execute.train_seed``, handed over by ``execute``): the seed as a run under ``OUT/runs/.seeds``,
 resumed there if it was interrupted, then moved into its cell here as it finishes. The table is
 therefore the one ``--jobs 1`` gives, and a stopped reproduction continues from what it kept.
 Every node of the cluster must see ``OUT`` and ``GRAPHFED_DATA`` at the same paths (one
@@ -13,12 +13,17 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, as_completed
 from pathlib import Path
 from typing import Any
 
 from graphfed.errors import GraphfedError
 from graphfed.reproduce.plan import Cell
+
+# what ``execute`` hands over: how a seed trains, and how finished seeds join their cells
+Train = Callable[[Cell, int, Path], tuple[Path, float]]
+Adopt = Callable[[Iterable[Future], dict[Future, tuple[Cell, int]], Path, bool, int], None]
 
 
 def connect(address: str) -> Any:
@@ -60,33 +65,30 @@ def cluster_cpus(ray: Any) -> int:
     return max(1, int(ray.cluster_resources().get("CPU", 1)))
 
 
-def train_on_ray(tasks: list[tuple[Cell, int]], runs: Path, progress: bool, address: str
-                 ) -> None:
-    """Train ``tasks`` as Ray tasks and adopt each finished seed into its cell; on any
-    exception (a stop signal too) the tasks still queued or running are cancelled first."""
-    from graphfed.reproduce.execute import adopt_finished
-
+def train_on_ray(tasks: list[tuple[Cell, int]], runs: Path, progress: bool, address: str,
+                 train: Train, adopt: Adopt) -> None:
+    """Train ``tasks`` as Ray tasks, each with ``train`` (a pool worker's task), and ``adopt``
+    each finished seed into its cell; on any exception (a stop signal too) the tasks still
+    queued or running are cancelled first."""
     ray = connect(address)
     remote = ray.remote(num_cpus=1)(_seed_task)
     refs = {}
     futures: dict[Future, tuple[Cell, int]] = {}
     for cell, seed in tasks:
-        ref = remote.remote(cell, seed, runs)
+        ref = remote.remote(train, cell, seed, runs)
         refs[ref] = (cell, seed)
         futures[ref.future()] = (cell, seed)
     try:
-        adopt_finished(as_completed(futures), futures, runs, progress, cluster_cpus(ray))
+        adopt(as_completed(futures), futures, runs, progress, cluster_cpus(ray))
     except BaseException:
         for ref in refs:
             ray.cancel(ref, force=True)
         raise
 
 
-def _seed_task(cell: Cell, seed: int, runs: Path) -> tuple[Path, float]:
+def _seed_task(train: Train, cell: Cell, seed: int, runs: Path) -> tuple[Path, float]:
     """On a Ray worker: one torch thread (the tasks are the parallelism), then the seed."""
     import torch
 
-    from graphfed.reproduce.execute import train_seed
-
     torch.set_num_threads(1)
-    return train_seed(cell, seed, runs)
+    return train(cell, seed, runs)
