@@ -29,7 +29,11 @@ PAPER = Paper(
              "within 0.02 of the paper's Pers; FGFL short on PROTEINS and on IMDB-BINARY, the "
              "largest open gap, where every method is short; on the split FGFL's code draws "
              "self-train reaches the paper's PROTEINS Pers; MGF varies more over seeds than "
-             "between methods",
+             "between methods. Checked against the authors' files: IMDB-BINARY's graphs, "
+             "degree features and code split are theirs graph for graph (the gap is "
+             "unexplained; self-train's best round, test-selected, is 0.754); their repository "
+             "has no MGF code, and the paper's MGF fits agents training alone, a FedAvg keeping "
+             "personal heads and one split for every repeat (fgfl-findings)",
              refs=(Ref(_DD, "fgfl", "DD", _PERS, "FGFL DD Pers"),
                    Ref(_DD, "self-train", "DD", _PERS, "self-train DD Pers"),
                    Ref(_T2, "fgfl", "PROTEINS", _PERS, "FGFL PROTEINS Pers"),
