@@ -80,7 +80,7 @@ def test_a_newly_registered_algorithm_is_missing_from_the_tables_until_regenerat
         assert {Path(p.split(":")[0]).name for p in problems} == {"README.md", "algorithms.md"}
         status.write(root)
         assert "`scaffold`, `zz-status-test` |" in (root / status.README).read_text()
-        assert "| `zz-status-test` | averaging | node, graph | a test |" in (
+        assert "| `zz-status-test` | averaging | node, graph | classification | a test |" in (
             root / status.ALGORITHMS_PAGE).read_text()
     finally:
         REGISTRY.pop("zz-status-test")
