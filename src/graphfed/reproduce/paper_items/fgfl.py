@@ -31,7 +31,7 @@ PAPER = Paper(
              "self-train reaches the paper's PROTEINS Pers; MGF varies more over seeds than "
              "between methods. Checked against the authors' files: IMDB-BINARY's graphs, "
              "degree features and code split are theirs graph for graph (the gap is "
-             "unexplained; self-train's best round, test-selected, is 0.754); their repository "
+             "unexplained; an optimistic best-round reading closes most of it); their repository "
              "has no MGF code, and the paper's MGF fits agents training alone, a FedAvg keeping "
              "personal heads and one split for every repeat (fgfl-findings)",
              refs=(Ref(_DD, "fgfl", "DD", _PERS, "FGFL DD Pers"),
