@@ -123,6 +123,20 @@ def evaluated_after(overrides: list[str], rounds: int = 2):
 PYG_PROGRESS = {"Processing...", "Done!"}  # PyG's own stderr lines while it processes
 
 
+def refused_run(tmp_path: Path, *overrides: str) -> str:
+    """The one error line of ``graphfed run`` on the quickstart with ``overrides``, after
+    checking that the refusal left no run directory behind."""
+    from typer.testing import CliRunner
+
+    from graphfed.cli import app
+
+    result = CliRunner().invoke(app, ["run", "configs/quickstart.yaml", *overrides, "--out",
+                                      str(tmp_path / "r"), "--quiet"])
+    line = error_line(result)
+    assert not (tmp_path / "r").exists()
+    return line
+
+
 def error_line(result) -> str:
     """The one line a refused CLI command printed (PyG's progress lines aside), after checking
     the promise: exit code 2, no traceback, one line starting "error: "."""

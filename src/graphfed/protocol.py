@@ -153,6 +153,7 @@ class Server(ABC):
     def __init__(self, setup: Setup):
         self.setup = setup
         self.options = setup.options
+        self._releases: list[Release] = []  # this round's noised releases, for the ledger
 
     def configure_setup(self, clients: list[int]) -> dict[int, Message]:
         """Messages of a one-off exchange before round 1 (e.g. vocabularies, statistics).
@@ -206,12 +207,12 @@ class Server(ABC):
 
     def record_release(self, release: Release) -> None:
         """Note a noised release of this round for the run's privacy ledger."""
-        vars(self).setdefault("_releases", []).append(release)
+        self._releases.append(release)
 
     def take_releases(self) -> list[Release]:
         """The releases noted since the last call (the round's), handed over once: the round's
         line of ``metrics.jsonl`` keeps them (``graphfed.privacy.ledger``)."""
-        taken: list[Release] = vars(self).pop("_releases", [])
+        taken, self._releases = self._releases, []
         return taken
 
     def state_dict(self) -> dict[str, Any]:
