@@ -100,7 +100,7 @@ def test_seeds_on_a_two_node_cluster_give_the_table_of_one_process(cluster, tmp_
 
 @require("Cora")
 def test_a_sweep_on_the_cluster_gives_the_sweep_of_one_process(cluster, tmp_path):
-    pytest.importorskip("optuna")
+    pytest.importorskip("optuna", reason="Optuna is not installed (pip install '.[sweep]')")
     from tests.test_sweep import sweep, table, trials
 
     on_ray, alone = tmp_path / "ray", tmp_path / "one"

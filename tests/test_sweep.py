@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from graphfed.cli import app
 from tests.conftest import require
 
-pytest.importorskip("optuna")
+pytest.importorskip("optuna", reason="Optuna is not installed (pip install '.[sweep]')")
 pytestmark = require("Cora")
 
 runner = CliRunner()
