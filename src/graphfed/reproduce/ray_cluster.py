@@ -72,12 +72,9 @@ def train_on_ray(tasks: list[tuple[Cell, int]], runs: Path, progress: bool, addr
     queued or running are cancelled first."""
     ray = connect(address)
     remote = ray.remote(num_cpus=1)(_seed_task)
-    refs = {}
-    futures: dict[Future, tuple[Cell, int]] = {}
-    for cell, seed in tasks:
-        ref = remote.remote(train, cell, seed, runs)
-        refs[ref] = (cell, seed)
-        futures[ref.future()] = (cell, seed)
+    refs = [remote.remote(train, cell, seed, runs) for cell, seed in tasks]
+    futures: dict[Future, tuple[Cell, int]] = {
+        ref.future(): task for ref, task in zip(refs, tasks, strict=True)}
     try:
         adopt(as_completed(futures), futures, runs, progress, cluster_cpus(ray))
     except BaseException:
