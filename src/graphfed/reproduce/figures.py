@@ -221,3 +221,33 @@ def metric_bars(rows: list[dict], path: Path, metrics: Sequence[str], title: str
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def privacy_curve(rows: list[dict], path: Path, utility: str, title: str) -> Path:
+    """``utility`` against the ledger's total ε (log scale), one point per method row that has
+    both, with the std over seeds; a method without an ε (no noise) is a dashed line."""
+    by_method: dict[str, dict[str, dict]] = {}
+    for row in rows:
+        if row["ours_mean"] is not None:
+            by_method.setdefault(row["method"], {})[row["metric"]] = row
+    fig, ax = plt.subplots(figsize=(5.2, 3.8))
+    points = sorted((m["epsilon"]["ours_mean"], m[utility], method)
+                    for method, m in by_method.items() if "epsilon" in m and utility in m)
+    ax.errorbar([p[0] for p in points], [p[1]["ours_mean"] for p in points],
+                yerr=[p[1]["ours_std"] for p in points], fmt="o-", capsize=3, label="DP-FedAvg")
+    for eps, _, method in points:
+        row = by_method[method][utility]
+        ax.annotate(method, (eps, row["ours_mean"]), fontsize=6, xytext=(3, 3),
+                    textcoords="offset points")
+    for method, m in by_method.items():
+        if "epsilon" not in m and utility in m:
+            ax.axhline(m[utility]["ours_mean"], linestyle="--", color="grey", label=method)
+    ax.set_xscale("log")
+    ax.set_xlabel("ε (δ = 1e-5, whole run)")
+    ax.set_ylabel(utility)
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -158,6 +158,24 @@ class ServerRecord(Metric):
 
 
 @dataclass(frozen=True)
+class SummaryValue(Metric):
+    """A number of a seed's ``summary.json``, at ``path`` (the privacy ledger's total ε:
+    ``("privacy", "epsilon")``); a whole-run number, not a round's."""
+
+    path: tuple[str, ...]
+
+    def read(self, cells: list[Cell], scoring: Scoring) -> Reading:
+        def recorded(cell: Cell, seed: int) -> float | None:
+            value = read_json(cell.run_dir / f"seed-{seed}" / "summary.json", "seed summary",
+                              ())
+            for key in self.path:
+                value = value.get(key) if isinstance(value, dict) else None
+            return None if value is None else float(value)
+
+        return each_seed(cells, recorded), WHOLE_RUN
+
+
+@dataclass(frozen=True)
 class WallTime(Metric):
     """A seed's training time: minutes, or seconds per round."""
 
