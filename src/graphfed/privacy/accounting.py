@@ -15,6 +15,8 @@ from graphfed.errors import GraphfedError
 Accountant = Literal["rdp", "pld"]
 ACCOUNTANTS: tuple[Accountant, ...] = ("rdp", "pld")
 PLD_DISCRETISATION = 1e-4  # the PLD accountant's value discretisation (its default)
+# above this RDP epsilon the PLD's discretisation coarsens in proportion (``pld_interval``)
+PLD_COARSEN_ABOVE = 10.0
 
 
 def dp_accounting() -> ModuleType:
@@ -44,12 +46,24 @@ def gaussian_epsilon(groups: Sequence[tuple[float, float, int]], delta: float,
         if q < 1:
             event = dp.PoissonSampledDpEvent(q, event)
         events.append(dp.SelfComposedDpEvent(event, count))
-    ledger = (dp.rdp.RdpAccountant() if accountant == "rdp" else
-              dp.pld.PLDAccountant(value_discretization_interval=PLD_DISCRETISATION))
     absl = logging.getLogger("absl")  # RDP orders it cannot evaluate are left out, each logged
     level = absl.level
     absl.setLevel(logging.ERROR)
     try:
-        return float(ledger.compose(dp.ComposedDpEvent(events)).get_epsilon(delta))
+        rdp = float(dp.rdp.RdpAccountant().compose(dp.ComposedDpEvent(events))
+                    .get_epsilon(delta))
+        if accountant == "rdp" or math.isinf(rdp):
+            return rdp
+        pld = dp.pld.PLDAccountant(value_discretization_interval=pld_interval(rdp))
+        return float(pld.compose(dp.ComposedDpEvent(events)).get_epsilon(delta))
     finally:
         absl.setLevel(level)
+
+
+def pld_interval(rdp_epsilon: float) -> float:
+    """The PLD accountant's value discretisation for a composition whose RDP epsilon is
+    ``rdp_epsilon``: its default, coarsened in proportion above ``PLD_COARSEN_ABOVE``. A small
+    noise multiplier spreads the privacy loss over a range the default grid would need millions
+    of points to cover (σ = 0.03 exhausts memory); the PLD's pessimistic discretisation keeps the
+    epsilon an upper bound at any interval, and its error stays a fixed share of epsilon."""
+    return PLD_DISCRETISATION * max(1.0, rdp_epsilon / PLD_COARSEN_ABOVE)
