@@ -143,3 +143,27 @@ def test_missing_dp_accounting_is_one_clear_line(monkeypatch):
     monkeypatch.setitem(sys.modules, "dp_accounting", None)
     with pytest.raises(GraphfedError, match=r"pip install 'graphfed\[privacy\]'"):
         gaussian_epsilon([(1.0, 1.0, 1)], DELTA)
+
+
+@require("Cora")
+def test_dp_tradeoff_reports_each_noise_level_with_the_epsilon_its_runs_recorded(tmp_path,
+                                                                                  monkeypatch):
+    """The privacy-utility preset: a row of ε per noised variant, equal to the seed's own ledger
+    total, none for FedAvg without noise, and the curve drawn from the table."""
+    from graphfed.reproduce import get_preset, reproduce
+
+    monkeypatch.setattr(get_preset("dp-tradeoff"), "quick", ["rounds=2", "eval_every=2"])
+    noised = "dp-fedavg[sigma=1]"
+    out, rows, skipped = reproduce("dp-tradeoff", methods=["fedavg[uniform]", noised],
+                                   datasets=["Cora"], seeds=1, quick=True, out=tmp_path / "r",
+                                   progress=False)
+    assert not skipped
+    epsilons = {r["method"]: r["ours_mean"] for r in rows if r["metric"] == "epsilon"}
+    assert set(epsilons) == {noised}
+    seed_dirs = list((out / "runs").glob("dp-fedavg*/seed-0"))
+    assert len(seed_dirs) == 1
+    assert epsilons[noised] == read(seed_dirs[0] / "summary.json")["privacy"]["epsilon"]
+    assert epsilons[noised] == pytest.approx(direct(2, sigma=1.0, q=0.5), rel=1e-6)
+    assert {r["method"] for r in rows if r["metric"] == "test_acc_pooled"} == {
+        "fedavg[uniform]", noised}
+    assert (out / "privacy_curve.png").stat().st_size > 0

@@ -134,7 +134,7 @@ def provenance(engines: list[str]) -> dict:
     return {"commit": commit,
             "dirty": None if commit is None else bool(git("status", "--porcelain", "--", ".")),
             "command": shlex.join(["graphfed", *sys.argv[1:]]) if sys.argv[0].endswith(
-                "graphfed") else shlex.join(sys.argv),
+                ("graphfed", "graphfed/cli/__main__.py")) else shlex.join(sys.argv),
             "engine": sorted(set(engines)) or ["none (computed)"],
             "graphfed": version("graphfed"), "torch": torch.__version__,
             "written": datetime.now(timezone.utc).isoformat(timespec="seconds")}
