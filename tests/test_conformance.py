@@ -8,7 +8,8 @@ algorithm is checked on arrival, with the settings its registration declares: it
 overrides (``Algorithm.small_run``), the batched engine where it is registered ``batched``, and
 each of its option modes (``Algorithm.modes``) that change what a party keeps or sends, and
 each task it declares beyond classification (``Algorithm.tasks``: regression on ESOL, id
-``<name>-regression``).
+``<name>-regression``), and the edge level where it declares it (``Algorithm.levels``: link
+prediction on Cora's edges, id ``<name>-edge``).
 """
 
 from __future__ import annotations
@@ -33,7 +34,11 @@ from tests.conftest import cpu_threads, interrupted_run, require
 
 ALGORITHMS = load_all()
 DATASET = {"node": ["dataset=Cora", "partition=metis"],
-           "graph": ["dataset=MUTAG", "partition=dirichlet", "model=gin"]}
+           "graph": ["dataset=MUTAG", "partition=dirichlet", "model=gin"],
+           "edge": ["dataset=Cora", "partition=metis", "model=gcn", "level=edge"]}
+# the levels run as cases of their own where an algorithm declares them beyond its first, with
+# the overrides that keep two rounds fast (a small encoder)
+LEVEL_CASES = {"edge": [*DATASET["edge"], "model.hidden=16"]}
 # the data of each task beyond classification, overriding the level's dataset
 TASK_DATASET = {"regression": ["dataset=ESOL", "partition=uniform", "model=gin"]}
 TIMINGS = ("train_seconds", "eval_seconds")
@@ -61,6 +66,14 @@ def _task_cases(name: str, *options: str) -> list:
             for task in ALGORITHMS[name].tasks if task != "classification"]
 
 
+def _level_cases(name: str, *options: str) -> list:
+    """A case (id ``<name>-<level>``) of each of ``LEVEL_CASES``' levels ``name`` declares
+    beyond its first."""
+    return [pytest.param(name, [*LEVEL_CASES[level], *options], marks=[require("Cora")],
+                         id=f"{name}-{level}")
+            for level in ALGORITHMS[name].levels[1:] if level in LEVEL_CASES]
+
+
 def _cases() -> list:
     return [pytest.param(name, marks=_marks(name), id=name) for name in sorted(ALGORITHMS)]
 
@@ -79,6 +92,7 @@ def _engine_cases() -> list:
             out.append(pytest.param(name, ["engine=sequential", *options], marks=_marks(name),
                                     id=f"{name}-{mode}"))
         out += _task_cases(name, "engine=sequential")
+        out += _level_cases(name, "engine=sequential")
     return out
 
 
@@ -156,6 +170,9 @@ def test_conformance_boundary_and_bytes(name, options, monkeypatch):
     assert len(evaluation["clients"]) == 3
     if "test_rmse" in evaluation:  # a regression task
         assert math.isfinite(evaluation["test_rmse"]) and evaluation["test_rmse"] >= 0.0
+        return
+    if "test_auc" in evaluation:  # link prediction
+        assert 0.0 <= evaluation["test_auc"] <= 1.0 and "test_acc" not in evaluation
         return
     # a partition whose clients only train (FairGFL's) is scored on the global test set
     accuracy = evaluation.get("test_acc", evaluation.get("global_test_acc"))

@@ -4,6 +4,8 @@ the loss-agnostic algorithms on both engines, and the one-line refusals."""
 
 from __future__ import annotations
 
+import csv
+import dataclasses
 import importlib.util
 import json
 import math
@@ -19,7 +21,7 @@ from graphfed.cli import app
 from graphfed.config import load_config
 from graphfed.data.datasets import molecule_smiles
 from graphfed.data.federated import GraphClient
-from graphfed.data.partition import parse_partition
+from graphfed.data.partition import PARTITIONS, parse_partition
 from graphfed.data.partition.plan import TEST, TRAIN, VAL
 from graphfed.data.partition.regression import murcko_scaffold, quantile_bins, scaffold_plan
 from graphfed.errors import GraphfedError
@@ -31,6 +33,10 @@ from graphfed.regression import (
     pooled_rmse,
     regression_metrics,
 )
+from graphfed.reproduce.catalog import get_preset, load_presets
+from graphfed.reproduce.plan import plan_cells, select
+from graphfed.reproduce.runner import reproduce
+from graphfed.reproduce.selection import evaluated, recorded_by, selected_round
 from graphfed.training.batches import PreparedGraphClient
 from tests.conftest import error_line, require
 
@@ -153,3 +159,109 @@ def test_missing_rdkit_is_one_line(monkeypatch):
     result = CliRunner().invoke(app, ["run", "dataset=ESOL", "model=gin", "rounds=1",
                                       "device=cpu"])
     assert "pip install 'graphfed[chem]'" in error_line(result)
+
+
+GRAPH_PARTITIONS = sorted(name for name, kind in PARTITIONS.items() if "graph" in kind.levels)
+
+
+@pytest.mark.parametrize("name", GRAPH_PARTITIONS)
+def test_a_graph_partition_splits_a_real_target_or_refuses_it_in_one_line(name):
+    """A kind that declares regression splits ESOL (every client trains; a global test set,
+    which no client's training targets standardise, is refused); one that deals, stratifies or
+    skews by class labels refuses it, naming the kinds that can."""
+    kind = PARTITIONS[name]
+    run = ["run", *ESOL, f"partition={name}", "num_clients=4"]
+    if "regression" in kind.tasks and kind.own_global_test:
+        assert "standardises its targets" in error_line(CliRunner().invoke(app, run))
+        return
+    if "regression" in kind.tasks:
+        fed = build_federation(load_config(None, [*ESOL, f"partition={name}",
+                                                  "num_clients=4"]), 0)
+        assert all(client.num_samples("train") > 0 for client in fed.data.clients)
+        return
+    line = error_line(CliRunner().invoke(app, run))
+    assert f"partition '{name}' deals by class labels" in line and "regression task" in line
+    assert "scaffold" in line and "dirichlet" in line and name not in line.split(":")[-1]
+
+
+def test_some_graph_partition_reads_class_labels():
+    assert [n for n in GRAPH_PARTITIONS if "regression" not in PARTITIONS[n].tasks]
+
+
+def test_the_regression_preset_runs_every_method_that_declares_regression():
+    preset = get_preset("regression-standard")
+    able = {n for n, a in load_all().items() if "graph" in a.levels and "regression" in a.tasks}
+    methods = [v.method for v in preset.variants]
+    assert set(methods) == able | {"centralised"} and methods[1:4] == ["fedavg", "fedprox",
+                                                                       "local"]
+    assert not preset.paper  # graphfed's own table
+    variants, labels = select(preset, ["centralised", "fedavg"], None, ["K=8"])
+    cells = plan_cells(preset, variants, labels, [0], [None], False, "local", ())
+    clients = {(c.variant.method, c.dataset): c.config.num_clients for c in cells}
+    assert set(clients.values()) == {1, 8}
+    assert all((n == 1) == (m == "centralised") for (m, _), n in clients.items())
+
+
+def test_a_tiny_regression_reproduction_reports_rmse_at_the_best_validation_round(tmp_path):
+    """The preset's table, its centralised and FedAvg rows, each seed's numbers from the round
+    of lowest pooled validation RMSE, the round min_val_loss picks too."""
+    out, rows, skipped = reproduce("regression-standard", methods=["centralised", "fedavg"],
+                                   settings=["K=4", "partition=scaffold"], seeds=1, quick=True,
+                                   overrides=("rounds=3",), out=tmp_path / "r", progress=False)
+    assert not skipped
+    assert {(r["method"], r["dataset"], r["metric"]) for r in rows} == {
+        (m, "ESOL/scaffold/K=4", k) for m in ("centralised", "fedavg")
+        for k in ("pooled_rmse", "pooled_mae")}
+    with (out / "table.csv").open() as f:
+        assert all(r["paper"] == "" and r["select"] == "min_val_rmse" for r in csv.DictReader(f))
+    run = out / "runs" / "fedavg-ESOL_partition=scaffold_K=4"
+    rounds = evaluated([json.loads(x) for x in
+                        (run / "seed-0" / "metrics.jsonl").read_text().splitlines()])
+    best = selected_round("min_val_rmse", rounds, "test_rmse_pooled")
+    assert best == selected_round("min_val_loss", rounds, "test_rmse_pooled")
+    assert best["val_rmse_pooled"] == min(r["val_rmse_pooled"] for r in rounds)
+    fedavg = next(r for r in rows if r["method"] == "fedavg" and r["metric"] == "pooled_rmse")
+    assert fedavg["ours_mean"] == pytest.approx(best["test_rmse_pooled"])
+
+
+@pytest.mark.parametrize("rule", ["max_val_acc", "max_val_roc_auc"])
+def test_a_classification_rule_asked_of_a_regression_table_is_refused_before_training(
+        rule, tmp_path):
+    result = CliRunner().invoke(app, ["reproduce", "regression-standard", "--select", rule,
+                                      "--out", str(tmp_path / "x")])
+    line = error_line(result)
+    assert f"select {rule}" in line and "regression run (ESOL)" in line
+    assert not (tmp_path / "x" / "runs").exists()
+
+
+def test_a_classification_metric_in_a_regression_preset_is_refused_before_training(
+        tmp_path, monkeypatch):
+    base = get_preset("regression-standard")
+    accuracy = dataclasses.replace(base, name="esol-accuracy", metrics=("local_acc",),
+                                   select="min_val_loss")
+    monkeypatch.setitem(load_presets(), accuracy.name, accuracy)
+    with pytest.raises(GraphfedError, match=r"reads test_acc, which a regression run \(ESOL\)"):
+        reproduce(accuracy.name, out=tmp_path / "x", progress=False)
+    assert not (tmp_path / "x" / "runs").exists()
+    assert recorded_by("val_loss_pooled") == ("classification", "regression")
+    assert recorded_by("test_rmse_pooled") == ("regression",)
+    assert recorded_by("global_test_acc") == ("classification",)
+
+
+@pytest.fixture(scope="module")
+def esol_federation(tmp_path_factory):
+    """Three ESOL owners (scaffold clients) on a loopback federation, as the deployment tests
+    run them (``tests.test_flower_deployment``)."""
+    pytest.importorskip("flwr", reason="Flower is not installed (pip install '.[flower]')")
+    from tests.test_flower_deployment import COMMON, _federation
+
+    base = ["dataset=ESOL", "algorithm=fedavg", "model=gin", "partition=scaffold", *COMMON,
+            "name=deploy-esol"]
+    yield from _federation(tmp_path_factory, base, "ESOL", 9593)
+
+
+def test_the_loopback_federation_gives_the_in_process_regression_numbers(esol_federation,
+                                                                         tmp_path):
+    from tests.test_flower_deployment import assert_deployment_matches_in_process
+
+    assert_deployment_matches_in_process(esol_federation, esol_federation.config, tmp_path)

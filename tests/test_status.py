@@ -57,7 +57,7 @@ def test_an_algorithm_table_edited_by_hand_fails_the_check_and_is_regenerated(tm
     root = _copy(tmp_path)
     readme, docs = root / status.README, root / status.ALGORITHMS_PAGE
     readme.write_text(readme.read_text().replace("| averaging | `fairgfl`, ", "| averaging | ", 1))
-    docs.write_text(docs.read_text().replace("| `fedavg` | averaging | node, graph |",
+    docs.write_text(docs.read_text().replace("| `fedavg` | averaging | node, graph, edge |",
                                              "| `fedavg` | averaging | node |", 1))
     assert status.main(check=True, root=root) == 1
     message = capsys.readouterr().err

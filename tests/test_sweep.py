@@ -6,6 +6,7 @@ bad input is one line with exit code 2."""
 from __future__ import annotations
 
 import csv
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -78,6 +79,18 @@ def test_every_method_gets_the_same_budget(swept):
     assert {r["method"] for r in listed if r["fedprox.mu"]} == {"fedprox"}
     assert {(r["optimizer.lr"], r["local_epochs"]) for r in listed if r["method"] == "fedavg"} \
         == {(r["optimizer.lr"], r["local_epochs"]) for r in listed if r["method"] == "local"}
+
+
+def test_sweep_json_records_how_the_table_was_made(swept):
+    from graphfed.data.heterogeneity import is_card
+
+    about = json.loads((swept / "sweep.json").read_text())
+    assert (about["dataset"], about["protocol"], about["methods"]) == (
+        "Cora", "metis-K3", METHODS.split(","))
+    assert (about["budget"], about["sampler"], about["objective"], about["rule"],
+            about["seeds"]) == (2, "grid", "val_acc", "max_val_acc", [0, 1])
+    assert is_card(about["heterogeneity"]) and about["heterogeneity"]["clients"] == 3
+    assert about["run_seconds"] > 0 and "preset" not in about
 
 
 class Recording(dict):

@@ -21,6 +21,7 @@ import torch
 from graphfed.algorithms.registry import Algorithm, check_task, get_algorithm
 from graphfed.config import ConfigError, ExperimentConfig
 from graphfed.data.datasets import GraphDataset, data_root, dataset_task, load_dataset
+from graphfed.data.edges import edge_clients
 from graphfed.data.features import row_normalized
 from graphfed.data.federated import (
     ClientData,
@@ -69,12 +70,15 @@ def config_dataset(config: ExperimentConfig) -> GraphDataset:
 
 
 def federated_data(config: ExperimentConfig, seed: int) -> FederatedData:
-    """The clients of this config and seed (the partition artifact is built once, then reused)."""
+    """The clients of this config and seed (the partition artifact is built once, then reused;
+    at the edge level each client's edges are then split, from the same seed)."""
     data = config_dataset(config)
     partition_seed = config.partition.seed if config.partition.seed is not None else seed
     artifact = load_or_build_partition(data, config.partition, config.num_clients,
                                        partition_seed, config.dataset_options)
-    return materialize(data, artifact)
+    clients = materialize(data, artifact)
+    return (edge_clients(clients, config.edges, partition_seed) if config.level == "edge"
+            else clients)
 
 
 def build_algorithm(config: ExperimentConfig, seed: int, level: str, num_features: int,
@@ -106,7 +110,9 @@ def build_algorithm(config: ExperimentConfig, seed: int, level: str, num_feature
                   batch_size=config.batch_size, aggregation=config.aggregation,
                   optimizer=optimizer, network=model, scored=config.client_eval,
                   dp=DPRun(config.dp, clients_per_round(config.client_fraction, num_clients))
-                  if config.dp.enabled else None)
+                  if config.dp.enabled else None,
+                  secure_aggregation=config.secure_aggregation
+                  if config.secure_aggregation.enabled else None)
     return algorithm, trainer, setup
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
+from graphfed.algorithms.averaging.fedavg import FedAvgServer
 from graphfed.algorithms.registry import Algorithm, get_algorithm, load_all
 from graphfed.config_file import (
     ConfigError,
@@ -23,6 +24,8 @@ from graphfed.config_file import (
     read_config,
 )
 from graphfed.data.datasets import SYNTHETIC, canonical_name, dataset_level
+from graphfed.data.edges import EdgeOptions
+from graphfed.data.federated import TaskLevel
 from graphfed.data.partition import (
     PARTITIONS,
     LouvainPartition,
@@ -38,12 +41,19 @@ from graphfed.models.gnn import MODEL_LEVELS, SPARSE_INPUT_MODELS, ModelOptions
 from graphfed.privacy.dp_fedavg import dp_release
 from graphfed.privacy.ledger import budget_exceeded
 from graphfed.privacy.options import DPOptions, PrivacyOptions, update_noise_multiplier
+from graphfed.privacy.secure_aggregation import (
+    SecureAggregationOptions,
+    check_secure_aggregation,
+)
 from graphfed.protocol import AlgorithmOptions
 from graphfed.runtime.base import clients_per_round
 from graphfed.runtime.flower_options import FlowerOptions
 from graphfed.trackers import LogOptions
 from graphfed.training.trainer import OptimizerOptions
 from graphfed.validation import did_you_mean
+
+# what makes a server's aggregate FedAvg's weighted mean of the updates of the model it sent
+SECURE_HOOKS = ("configure_fit", "aggregate_fit", "weights", "average")
 
 
 def _named(value: Any) -> Any:
@@ -56,6 +66,9 @@ class ExperimentConfig(RunSettings):
     them. Validating resolves what ``auto`` leaves open (``engine``, ``model.sparse_features``),
     so a run directory's ``config.yaml`` says what the run used."""
 
+    level: TaskLevel = Field(
+        "node", description="the task level: node, graph, or edge (link prediction on the "
+        "edges of a node-level dataset: docs/task-levels.md); default the dataset's own")
     model: ModelOptions = Field(default_factory=ModelOptions)
     partition: PartitionOptions = Field(default_factory=LouvainPartition)
     sampling: SamplingOptions = Field(default_factory=SamplingOptions)
@@ -73,6 +86,14 @@ class ExperimentConfig(RunSettings):
     privacy: PrivacyOptions = Field(
         default_factory=PrivacyOptions, description="the privacy ledger: its accountant (rdp, "
         "pld) and budget_epsilon, which stops a run before the round that would exceed it")
+    secure_aggregation: SecureAggregationOptions = Field(
+        default_factory=SecureAggregationOptions, description="SecAgg+ for the averaging "
+        "family: the server learns only the weighted sum of the clients' updates (enabled, "
+        "threshold, shares, clipping_range, quantization_bits, modulus_bits)")
+    edges: EdgeOptions = Field(
+        default_factory=EdgeOptions, description="level=edge: the shares of each client's "
+        "edges that validate and test (val, test) and the negatives drawn per training edge "
+        "(train_negatives)")
     csbm: CSBMOptions | None = None
     log: LogOptions = Field(
         default_factory=LogOptions, description="experiment trackers each seed's rounds, "
@@ -90,6 +111,8 @@ class ExperimentConfig(RunSettings):
         for key in ("model", "partition"):
             if key in data:
                 data[key] = _named(data[key])
+        if data.get("level") is None:
+            data["level"] = _dataset_level(data.get("dataset", "Cora"))
         partition = data.get("partition")
         if partition is None or (isinstance(partition, dict) and "name" not in partition):
             data["partition"] = {"name": _default_partition(data.get("dataset", "Cora")),
@@ -137,18 +160,21 @@ class ExperimentConfig(RunSettings):
 
     @model_validator(mode="after")
     def _check_combinations(self) -> ExperimentConfig:
-        level = self.level
+        level = self._check_level()
         algorithm = get_algorithm(self.algorithm)
         self.methods.setdefault(algorithm.name, algorithm.options())  # its defaults, said
+        subject = (f"dataset '{self.dataset}'" if level == dataset_level(self.dataset)
+                   else f"this run (dataset '{self.dataset}', level={level})")
         if level not in algorithm.levels:
             raise ValueError(
                 f"algorithm '{self.algorithm}' is for {'/'.join(algorithm.levels)}-level tasks "
-                f"but dataset '{self.dataset}' is {level}-level")
+                f"but {subject} is {level}-level")
         if level not in MODEL_LEVELS[self.model.name]:
             valid = sorted(m for m, levels in MODEL_LEVELS.items() if level in levels)
-            raise ValueError(f"model '{self.model.name}' does not fit the {level}-level dataset "
-                             f"'{self.dataset}'; choose one of: {', '.join(valid)}")
-        check_partition_level(self.partition, level)
+            raise ValueError(f"model '{self.model.name}' does not fit the {level}-level "
+                             f"{subject}; choose one of: {', '.join(valid)}")
+        check_partition_level(self.partition, dataset_level(self.dataset))
+        self._check_edge_level(level)
         self._check_sampling(level)
         self.engine = choose_engine(self, algorithm)[0]
         self._check_sparse_features(level, algorithm)
@@ -172,6 +198,7 @@ class ExperimentConfig(RunSettings):
                              "node is which client")
         self._check_robustness(algorithm.family)
         self._check_privacy(algorithm.family)
+        self._check_secure_aggregation(algorithm)
         return self
 
     def _check_robustness(self, family: str) -> None:
@@ -215,6 +242,52 @@ class ExperimentConfig(RunSettings):
             if why is not None:
                 raise ValueError(f"{why}: raise the budget or dp.noise_multiplier")
 
+    def _check_secure_aggregation(self, algorithm: Algorithm) -> None:
+        """SecAgg+ shows the server only the weighted mean of the updates: refuse what needs
+        each client's own reply, and numbers no round could run with."""
+        if not self.secure_aggregation.enabled:
+            return
+        why = _needs_each_reply(self, algorithm)
+        if why is not None:
+            raise ValueError(f"secure_aggregation shows the server only the weighted sum of "
+                             f"the clients' updates; {why}")
+        check_secure_aggregation(self.secure_aggregation,
+                                 clients_per_round(self.client_fraction, self.num_clients))
+
+    def _check_level(self) -> str:
+        """The run's task level: the dataset's own unless ``level`` says edge on a node-level
+        dataset (any other choice that differs from the dataset's is refused)."""
+        own = dataset_level(self.dataset)
+        if self.level == "edge" and own != "node":
+            raise ValueError(f"level=edge predicts the edges of a node-level dataset; dataset "
+                             f"'{self.dataset}' is {own}-level")
+        elif self.level not in (own, "edge"):
+            raise ValueError(f"level={self.level} does not fit dataset '{self.dataset}', which "
+                             f"is {own}-level (level=edge: link prediction on a node-level "
+                             "dataset)")
+        return self.level
+
+    def _check_edge_level(self, level: str) -> None:
+        """What applies only at the edge level, and what the edge level does not take: it
+        trains each client's whole graph in one batch and scores each client's own edges."""
+        if level != "edge":
+            if self.model.decoder != "inner" or self.model.embedding is not None:
+                raise ValueError("model.decoder and model.embedding shape a link predictor; "
+                                 "they apply at level=edge only")
+            if self.edges != EdgeOptions():
+                raise ValueError("the edges section splits each client's edges; it applies at "
+                                 "level=edge only")
+            return
+        if self.batch_size is not None:
+            raise ValueError("level=edge trains each client's whole graph in one batch (its "
+                             "training edges and their negatives); leave batch_size unset")
+        if self.sampling != SamplingOptions():
+            raise ValueError("the sampling section samples node neighbourhoods or subsets; "
+                             "level=edge trains and scores on each client's whole graph")
+        if self.partition.has_global_test:
+            raise ValueError("level=edge scores each client's own test edges; leave "
+                             "partition.global_test unset")
+
     def _check_sampling(self, level: str) -> None:
         fanouts = self.sampling.fanouts
         if self.sampling.evaluate == "sampled" and not fanouts:
@@ -256,10 +329,6 @@ class ExperimentConfig(RunSettings):
         return None
 
     @property
-    def level(self) -> str:
-        return dataset_level(self.dataset)
-
-    @property
     def run_seeds(self) -> list[int]:
         return self.seeds if self.seeds is not None else [self.seed]
 
@@ -277,8 +346,32 @@ class ExperimentConfig(RunSettings):
         """Every option as plain data, the algorithm's own section in full (its defaults too):
         what a run directory's ``config.yaml`` records."""
         data = self.model_dump(mode="json", exclude={"methods"})
+        if data["level"] == dataset_level(self.dataset):
+            del data["level"]  # the dataset's own, left to it (a changed dataset brings its own)
         data.update({k: v.model_dump(mode="json") for k, v in self.methods.items()})
         return data
+
+
+def _needs_each_reply(config: ExperimentConfig, algorithm: Algorithm) -> str | None:
+    """Why ``algorithm`` under ``config`` needs each client's reply (None: its server's
+    aggregate is FedAvg's weighted mean of the updates, which secure aggregation reveals)."""
+    server = algorithm.server
+    if algorithm.family != "averaging":
+        return (f"algorithm '{algorithm.name}' is {algorithm.family}: its server uses each "
+                "client's reply (personal or clustered models, rewards)")
+    own = [f"{server.__name__}.{hook}" for hook in SECURE_HOOKS
+           if not issubclass(server, FedAvgServer)
+           or getattr(server, hook) is not getattr(FedAvgServer, hook)]
+    if own:
+        return (f"algorithm '{algorithm.name}' combines its replies its own way "
+                f"({', '.join(own)}), not as FedAvg's weighted mean")
+    if config.aggregation.rule != "mean":
+        return (f"aggregation.rule={config.aggregation.rule} needs each client's update: use "
+                "aggregation.rule=mean")
+    if config.dp.enabled and config.dp.where == "server":
+        return ("dp.where=server clips each client's update at the server, which never sees "
+                "one: use dp.where=client")
+    return None
 
 
 def choose_engine(config: ExperimentConfig, algorithm: Algorithm) -> tuple[Engine, str | None]:
@@ -298,6 +391,8 @@ def _batch_obstacles(config: ExperimentConfig, algorithm: Algorithm, auto: bool
         yield f"runtime={config.runtime} trains each client on its own"
     if not algorithm.batched:
         yield f"algorithm '{algorithm.name}' is not registered batched"
+    if config.level == "edge":
+        yield "level=edge: the batched engine does not score node pairs"
     if not auto:
         return
     if config.model.name == "gat":
@@ -318,11 +413,16 @@ def _is_algorithm(name: str) -> bool:
     return True
 
 
-def _default_partition(dataset: Any) -> str:
+def _dataset_level(dataset: Any) -> str:
+    """The level of ``dataset`` (node where it is unknown: the dataset's own check says so)."""
     try:
-        return "louvain" if dataset_level(str(dataset)) == "node" else "dirichlet"
+        return dataset_level(str(dataset))
     except GraphfedError:
-        return "louvain"
+        return "node"
+
+
+def _default_partition(dataset: Any) -> str:
+    return "louvain" if _dataset_level(dataset) == "node" else "dirichlet"
 
 
 def _section_class(loc: tuple) -> type[BaseModel] | None:
@@ -333,7 +433,8 @@ def _section_class(loc: tuple) -> type[BaseModel] | None:
     sections: dict[str, type[BaseModel]] = {
         "model": ModelOptions, "optimizer": OptimizerOptions, "csbm": CSBMOptions,
         "flower": FlowerOptions, "aggregation": AggregationOptions, "attack": AttackOptions,
-        "log": LogOptions, "dp": DPOptions, "privacy": PrivacyOptions}
+        "log": LogOptions, "dp": DPOptions, "privacy": PrivacyOptions, "edges": EdgeOptions,
+        "secure_aggregation": SecureAggregationOptions}
     if head in sections:
         return sections[head]
     if isinstance(head, str) and _is_algorithm(head):

@@ -19,6 +19,11 @@ Of a regression client (``graphfed.regression``: one real target per graph), per
 instead: ``s_mae``, ``s_rmse`` (in the target's units, the predictions de-standardised),
 ``s_loss`` (the mean squared error, RMSE²) and ``s_count``.
 
+Of a link-prediction client (``graphfed.linkpred``: ``level: edge``), per split ``s``: ``s_auc``,
+``s_ap``, ``s_hits@20``, ``s_hits@50``, ``s_hits@100``, ``s_mrr``, ``s_loss`` (the binary
+cross-entropy over the split's positive and negative pairs) and ``s_count`` (its positive
+pairs, the supervision edges).
+
 Run level, for ``s`` in ``val``, ``test``:
 
 * ``s_acc``, ``s_loss`` (and ``test_acc``'s spread): means over the clients, each client counting
@@ -37,6 +42,12 @@ Run level, for ``s`` in ``val``, ``test``:
   (the absolute errors, squared errors summed over every sample, over all samples; the pooled
   RMSE is sqrt(Σ n_i RMSE_i² / Σ n_i)), so ``min_val_loss`` selects the round of lowest pooled
   validation RMSE;
+* link prediction: each of ``LINK`` (and ``test_auc``'s spread): means over the clients;
+  ``s_<metric>_pooled``: the clients' values weighted by their positive pairs, Σ n_i m_i / Σ n_i.
+  That is a weighted mean, not the metric of every client's pairs ranked together (which needs
+  the scores, as the pooled ROC-AUC above); for the loss it is the mean over all pairs, so
+  ``min_val_loss`` selects the round of lowest validation cross-entropy over all clients'
+  pairs, and ``max_val_auc`` the round of highest mean validation AUC;
 * ``train_loss_deployed`` and its ``_std``, ``_var``, ``_entropy`` (whenever records carry it):
   the fairness of the deployed models across the clients, as q-FFL (Li et al. 2020) and FairGFL
   (Zhou et al. 2025, Sec. VII-A) measure it on the clients' *training* losses F_i, over every
@@ -53,6 +64,7 @@ measures itself (``global_test_*``, on the global model) is not among them.
 
 from __future__ import annotations
 
+from graphfed.linkpred import RANKING
 from graphfed.metrics import client_summary, mean_std
 from graphfed.regression import pooled_rmse
 
@@ -60,10 +72,14 @@ OWN_SPLITS = ("val", "test")
 RECORDED = ("acc", "loss", "macro_f1")
 REGRESSION = ("mae", "rmse", "loss")  # recorded instead of ``RECORDED`` for a real target
 OPTIONAL = ("roc_auc",)  # recorded where the split's metrics have it (binary tasks)
+LINK = (*RANKING, "loss")  # recorded instead of ``RECORDED`` for scored node pairs
 # the run-level regression numbers a seed's summary keeps (``summarise``)
 REGRESSION_FINAL = (*(f"{split}_{key}{suffix}" for split in OWN_SPLITS
                        for key in ("mae", "rmse") for suffix in ("", "_pooled")),
                     "test_rmse_std")
+# the run-level link-prediction numbers a seed's summary keeps
+LINK_FINAL = (*(f"{split}_{key}{suffix}" for split in OWN_SPLITS
+                for key in RANKING for suffix in ("", "_pooled")), "test_auc_std")
 
 
 def client_record(client: int, metrics: dict[str, dict]) -> dict:
@@ -74,8 +90,7 @@ def client_record(client: int, metrics: dict[str, dict]) -> dict:
         if split not in metrics:
             continue
         m = metrics[split]
-        record.update({f"{split}_{key}": m[key]
-                       for key in (REGRESSION if "rmse" in m else RECORDED)})
+        record.update({f"{split}_{key}": m[key] for key in _recorded(m)})
         record.update({f"{split}_{key}": m[key] for key in OPTIONAL if key in m})
         record[f"{split}_count"] = m["n"]
         if "minority_n" in m:
@@ -85,6 +100,13 @@ def client_record(client: int, metrics: dict[str, dict]) -> dict:
     if "train" in metrics:
         record["train_loss_deployed"] = metrics["train"]["loss"]
     return record
+
+
+def _recorded(metrics: dict) -> tuple[str, ...]:
+    """The keys a split's metrics are recorded under, by its task."""
+    if "rmse" in metrics:
+        return REGRESSION
+    return LINK if "auc" in metrics else RECORDED
 
 
 def client_mean(records: list[dict], key: str) -> float:
@@ -119,21 +141,43 @@ def summarise(records: list[dict]) -> dict:
     for split in OWN_SPLITS:
         out.update(pooled_summary(records, split))
         out.update(regression_summary(records, split))
+        out.update(link_summary(records, split))
+    return out
+
+
+def task_means(records: list[dict], split: str, marker: str, keys: tuple[str, ...]
+               ) -> tuple[list[dict], dict]:
+    """The records of ``split`` that carry ``<split>_<marker>`` (a task's clients) and the
+    client means of its ``keys``, with ``test_<marker>``'s spread over clients; none of either
+    where no record carries it."""
+    scored = [r for r in records if f"{split}_{marker}" in r]
+    out: dict = {}
+    if scored and split == "test":
+        out.update(client_summary(scored, f"test_{marker}"))
+    for key in keys if scored else ():
+        name = f"{split}_{key}"
+        out.setdefault(name, client_mean(scored, name))
+    return scored, out
+
+
+def link_summary(records: list[dict], split: str) -> dict:
+    """The client means and the positive-weighted pooled values of ``split``'s ``LINK``
+    metrics over the records of link-prediction clients; empty where there are none."""
+    scored, out = task_means(records, split, "auc", LINK)
+    if not scored:
+        return {}
+    for key in LINK:
+        name = f"{split}_{key}"
+        out[f"{name}_pooled"] = pooled(scored, name, f"{split}_count")
     return out
 
 
 def regression_summary(records: list[dict], split: str) -> dict:
     """The client means and pooled values of ``split``'s MAE, RMSE and mean squared error
     (``loss``) over the records of regression clients; empty where there are none."""
-    scored = [r for r in records if f"{split}_rmse" in r]
+    scored, out = task_means(records, split, "rmse", REGRESSION)
     if not scored:
         return {}
-    out: dict = {}
-    if split == "test":
-        out.update(client_summary(scored, "test_rmse"))
-    for key in REGRESSION:
-        name = f"{split}_{key}"
-        out.setdefault(name, client_mean(scored, name))
     counts = [r[f"{split}_count"] for r in scored]
     out[f"{split}_mae_pooled"] = pooled(scored, f"{split}_mae", f"{split}_count")
     out[f"{split}_rmse_pooled"] = pooled_rmse([r[f"{split}_rmse"] for r in scored], counts)

@@ -39,9 +39,16 @@ from graphfed.build import (
 )
 from graphfed.checkpoints import fingerprint, load_checkpoint, resumed_lines, save_checkpoint
 from graphfed.config import ConfigError, ExperimentConfig, load_config
+from graphfed.data.edges import edge_report
 from graphfed.data.federated import FederatedData
 from graphfed.data.heterogeneity import stored_card
-from graphfed.evaluation import REGRESSION_FINAL, client_record, self_reported, summarise
+from graphfed.evaluation import (
+    LINK_FINAL,
+    REGRESSION_FINAL,
+    client_record,
+    self_reported,
+    summarise,
+)
 from graphfed.privacy import ledger
 from graphfed.privacy.dp_fedavg import dp_release
 from graphfed.progress import RoundProgress
@@ -66,8 +73,12 @@ FINAL_KEYS = ("test_acc", "test_acc_std", "test_macro_f1", "test_loss", "val_acc
               "train_loss_deployed_var", "train_loss_deployed_entropy",
               "test_acc_var", "test_acc_entropy", "test_loss_var", "test_loss_entropy",
               "test_acc_pooled", "test_minority_acc", "test_minority_acc_pooled", "val_loss",
-              "val_acc_pooled", "val_loss_pooled", "test_roc_auc", *REGRESSION_FINAL)
+              "val_acc_pooled", "val_loss_pooled", "test_roc_auc", *REGRESSION_FINAL,
+              *LINK_FINAL)
 CHECKPOINT = "checkpoint.pt"
+# a finished seed's state after its last round (a checkpoint's fields): what the run released,
+# which ``graphfed audit`` rebuilds
+FINAL = "final.pt"
 
 log = logging.getLogger(__name__)
 
@@ -155,10 +166,12 @@ RuntimeFactory = Callable[[Server, ExperimentConfig, int, FederatedData], Runtim
 
 
 def build_federation(config: ExperimentConfig, seed: int,
-                     make_runtime: RuntimeFactory | None = None) -> Federation:
+                     make_runtime: RuntimeFactory | None = None,
+                     data: FederatedData | None = None) -> Federation:
     """One seed's federation; in-process clients unless ``make_runtime`` supplies a runtime
-    whose clients live elsewhere (Flower)."""
-    data = federated_data(config, seed)
+    whose clients live elsewhere (Flower); on ``data`` in place of the config's partition
+    (``graphfed audit``'s shadow models train on held-out splits)."""
+    data = federated_data(config, seed) if data is None else data
     algorithm, trainer, setup = build_algorithm(config, seed, data.level, data.num_features,
                                                 data.num_classes, data.num_clients,
                                                 resolve_device(config.device))
@@ -228,6 +241,8 @@ def run_seed(fed: Federation, seed_dir: Path, progress: RoundProgress | None = N
         seconds = elapsed + time.perf_counter() - clock
         if stopped is not None:
             stopped = _stop_at(fed, lines, metrics_path, ckpt_path, stopped, seconds)
+        # before the summary: a seed with a summary always keeps the model it ended with
+        save_checkpoint(seed_dir / FINAL, fed, max(line["round"] for line in lines), seconds)
         summary = seed_summary(fed, lines, seconds)
         if stopped is not None:
             summary["stopped"] = stopped
@@ -290,6 +305,8 @@ def seed_summary(fed: Federation, lines: list[dict], seconds: float) -> dict:
     summary["self_reported"] = [k for k in self_reported(last_eval["clients"]) if k in final]
     summary["heterogeneity"] = stored_card(fed.data, config_dataset(fed.config),
                                            fed.config.features)
+    if fed.data.level == "edge":  # the edges the split kept and those no client holds
+        summary["edges"] = edge_report(fed.data, config_dataset(fed.config).graph)
     chosen = attackers(fed.config, fed.seed, fed.data.num_clients)
     if chosen:
         summary["attackers"] = chosen
@@ -391,16 +408,24 @@ def cpu_threads(count: int) -> Iterator[int]:
         torch.set_num_threads(before)
 
 
-def resume_experiment(run_dir: str | Path, progress: bool = True) -> tuple[Path, dict]:
-    """Continue an interrupted run from its checkpoints; ends exactly as an uninterrupted run."""
-    run_dir = Path(run_dir)
+def simulated_run_config(run_dir: Path, what: str) -> ExperimentConfig:
+    """The config of the run in ``run_dir``, which must have trained in-process: a run on
+    another runtime left its clients' states on its nodes. ``what`` (e.g. ``--resume works``)
+    opens the refusal."""
     config_path = run_dir / "config.yaml"
     if not config_path.is_file():
         raise ConfigError(f"'{run_dir}' is not a graphfed run directory (no config.yaml)")
     config = load_config(config_path)
     if config.runtime != "simulation":
-        raise ConfigError(f"--resume works on runtime=simulation only: a {config.runtime} run's "
+        raise ConfigError(f"{what} on runtime=simulation only: a {config.runtime} run's "
                           "client states live on its nodes and end with the run")
+    return config
+
+
+def resume_experiment(run_dir: str | Path, progress: bool = True) -> tuple[Path, dict]:
+    """Continue an interrupted run from its checkpoints; ends exactly as an uninterrupted run."""
+    run_dir = Path(run_dir)
+    config = simulated_run_config(run_dir, "--resume works")
     try:
         with cpu_threads(config.threads):
             return run_dir, execute(config, run_dir, None, progress, resume=True)

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from graphfed.errors import GraphfedError
+from graphfed.linkpred import RANKING
 from graphfed.tensors import move_tensors
 
 Scalar = int | float | bool
@@ -242,9 +243,12 @@ METRICS: dict[str, ScalarRange] = {
     "micro_f1": UNIT.optional, "n": COUNT, "minority_n": COUNT.optional,
     "minority_acc": UNIT.optional, "roc_auc": UNIT.optional,
     # a regression client's errors, in its target's units (``graphfed.regression``)
-    "mae": LOSS.optional, "rmse": LOSS.optional}
+    "mae": LOSS.optional, "rmse": LOSS.optional,
+    # a link predictor's ranking of its split's pairs (``graphfed.linkpred``)
+    **{key: UNIT.optional for key in RANKING}}
 # each task's metrics, every one of which an evaluated split of that task carries
 CLASSIFICATION_METRICS, REGRESSION_METRICS = ("acc", "macro_f1"), ("mae", "rmse")
+LINK_METRICS = RANKING
 
 def check_metrics(metrics: Any, sender: str) -> None:
     """Raise MessageError unless ``metrics`` is an evaluate reply: for some of
@@ -259,8 +263,8 @@ def check_metrics(metrics: Any, sender: str) -> None:
             raise MessageError(f"{sender}: {shown(split)} is no evaluated split with metrics")
         where = f"{sender}, split {split}"
         check_scalars(values, METRICS, where)
-        task = (REGRESSION_METRICS if any(k in values for k in REGRESSION_METRICS)
-                else CLASSIFICATION_METRICS)
+        task = next((metrics for metrics in (REGRESSION_METRICS, LINK_METRICS)
+                     if any(k in values for k in metrics)), CLASSIFICATION_METRICS)
         missing = [key for key in task if key not in values]
         if missing:
             raise MessageError(f"{where}: missing scalars {missing}")

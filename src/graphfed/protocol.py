@@ -35,6 +35,7 @@ from graphfed.messages import (
 )
 from graphfed.privacy.ledger import Release
 from graphfed.privacy.options import DPRun
+from graphfed.privacy.secure_aggregation import SecureAggregationOptions
 from graphfed.tensors import Params, move_tensors
 from graphfed.training import OptimizerOptions, PreparedClient, Trainer, TrainStats
 from graphfed.training.batches import PreparedGraphClient, PreparedNodeClient
@@ -92,6 +93,7 @@ class Setup:
     batch_size: int | None = None
     aggregation: AggregationOptions = field(default_factory=AggregationOptions)  # averaging's rule
     dp: DPRun | None = None  # DP-FedAvg in place of the averaging rule (``graphfed.privacy``)
+    secure_aggregation: SecureAggregationOptions | None = None  # SecAgg+ of the fit replies
     optimizer: OptimizerOptions = field(default_factory=OptimizerOptions)
     client_sizes: tuple[ClientSize, ...] = ()
     network: nn.Module | None = field(default=None, repr=False, compare=False)

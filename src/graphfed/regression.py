@@ -13,9 +13,11 @@ the mean squared error and scored in the target's own units.
 * Pooled over clients (``pooled_rmse`` and a sample-weighted MAE): over all clients' samples,
   MAE = Σ_i n_i MAE_i / Σ_i n_i and RMSE = sqrt(Σ_i n_i RMSE_i² / Σ_i n_i).
 
-Targets tell the two tasks apart: class labels are integers (or, as FedEgo's soft labels, rows
-of class probabilities), regression targets one float per sample, so the training loss
-(``mean_loss``, ``row_losses``) takes its form from the batch's targets (``is_regression``).
+Targets tell the tasks apart: class labels are integers (or, as FedEgo's soft labels, rows
+of class probabilities), regression targets one float per sample, link-prediction targets one
+boolean per node pair (an edge or not, ``graphfed.linkpred``), so the training loss
+(``mean_loss``; ``row_losses`` of the batched engine, which serves no link prediction) takes its
+form from the batch's targets (``is_regression``, ``is_link``).
 """
 
 from __future__ import annotations
@@ -59,10 +61,17 @@ def is_regression(targets: Tensor) -> bool:
     return targets.is_floating_point() and targets.dim() == 1
 
 
+def is_link(targets: Tensor) -> bool:
+    """Whether each target says of a node pair whether it is an edge (link prediction)."""
+    return targets.dtype == torch.bool
+
+
 def mean_loss(outputs: Tensor, targets: Tensor) -> Tensor:
     """A batch's training loss: the cross-entropy of class labels (indices or probability
     rows), the mean squared error of real-valued (standardised) targets against the model's
-    single output."""
+    single output, the binary cross-entropy of a pair's logit against whether it is an edge."""
+    if is_link(targets):
+        return F.binary_cross_entropy_with_logits(outputs.view(-1), targets.to(outputs.dtype))
     if is_regression(targets):
         return F.mse_loss(outputs.view(-1), targets)
     return F.cross_entropy(outputs, targets)

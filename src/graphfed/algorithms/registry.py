@@ -29,6 +29,10 @@ from graphfed.validation import did_you_mean, loose
 Family = Literal["averaging", "personalized", "clustered", "rewards"]
 # the ``tasks`` of an algorithm whose mechanism never reads a class, only the loss it is handed
 ANY_TASK: tuple[str, ...] = TASKS
+# the ``levels`` of such an algorithm that reads no classifier either (its layers are only
+# "the model's"): node and graph classification, and link prediction (``level: edge``) on a
+# node-level dataset's edges
+ANY_LEVEL: tuple[str, ...] = ("node", "graph", "edge")
 FAMILIES: dict[str, str] = {
     "averaging": "one global model, averaged (servers extend FedAvgServer)",
     "personalized": "each client keeps its own model (clients extend PersonalClient)",

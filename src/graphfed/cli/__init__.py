@@ -1,5 +1,5 @@
-"""The ``graphfed`` command line: run, reproduce, sweep, report, datasets, partition,
-algorithms, ``config show`` and ``federation`` (a real federation on Flower).
+"""The ``graphfed`` command line: run, reproduce, sweep, leaderboard, report, audit, datasets,
+partition, algorithms, ``config show`` and ``federation`` (a real federation on Flower).
 
 Bad input of any kind prints one readable line and exits with code 2, without a traceback; an
 unexpected error's traceback shows no local variables.
@@ -13,10 +13,12 @@ import typer
 
 from graphfed.allocator import keep_freed_memory
 from graphfed.cli.algorithms import algorithms
+from graphfed.cli.audit import audit
 from graphfed.cli.common import command_group
 from graphfed.cli.config import config
 from graphfed.cli.data import datasets, partition
 from graphfed.cli.federation import federation
+from graphfed.cli.leaderboard import leaderboard
 from graphfed.cli.report import report
 from graphfed.cli.reproduce import reproduce
 from graphfed.cli.run import run
@@ -38,7 +40,8 @@ app = command_group(add_completion=False, no_args_is_help=True,
                     help="Federated graph learning: simulate, run and compare FGL algorithms.")
 # a bare `graphfed run` prints its usage: training on every default is never what was meant
 app.command(no_args_is_help=True, epilog=RUN_EXAMPLES)(run)
-for command in (reproduce, sweep, report, datasets, partition, algorithms):
+for command in (reproduce, sweep, leaderboard, report, audit, datasets, partition,
+                algorithms):
     app.command()(command)
 app.add_typer(config, name="config")
 app.add_typer(federation, name="federation")

@@ -12,6 +12,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import torch
@@ -24,12 +25,16 @@ from graphfed.data.partition import (
     RatioPartition,
     check_flip_length,
     check_partition_level,
+    check_partition_task,
 )
 from graphfed.data.partition.base import PublishedSplitOption
 from graphfed.data.partition.fedego import renumbered_graph
 from graphfed.data.partition.graph import flip_edges
 from graphfed.data.partition.plan import TRAIN, SplitPlan
 from graphfed.serialization import safe_load
+
+if TYPE_CHECKING:
+    from graphfed.data.edges import EdgeSplit
 
 SPLITS = ("train", "val", "test")
 ARTIFACT_VERSION = 1
@@ -55,6 +60,20 @@ class NodeClient:
 
 
 @dataclass
+class EdgeClient(NodeClient):
+    """A node client at the edge level (``graphfed.data.edges``): the partition's nodes and
+    induced subgraph (all its own edges, with the nodes' labels and masks, which describe the
+    partition), and ``edges``, its split into supervision edges and negatives, from which the
+    encoder's message-passing graphs are built (never from ``graph.edge_index``). A split's
+    samples are its positive supervision edges."""
+
+    edges: EdgeSplit = field(kw_only=True)
+
+    def num_samples(self, split: str) -> int:
+        return int(self.edges.positive[split].size(1))
+
+
+@dataclass
 class GraphClient:
     """One client's graphs, per split; ``global_ids`` are their indices in the dataset."""
 
@@ -74,6 +93,8 @@ class GraphClient:
 
 
 ClientData = NodeClient | GraphClient
+# a dataset's level, or the edge level a node-level dataset's clients are split into
+TaskLevel = Literal["node", "graph", "edge"]
 
 
 @dataclass
@@ -93,7 +114,7 @@ class PartitionArtifact:
 @dataclass
 class FederatedData:
     dataset: str
-    level: Level
+    level: TaskLevel
     num_features: int
     num_classes: int
     clients: list[ClientData]
@@ -144,6 +165,7 @@ def build_partition(data: GraphDataset, options: PartitionBase, num_clients: int
                     seed: int, dataset_options: dict | None = None) -> PartitionArtifact:
     """Split ``data`` into ``num_clients`` clients; deterministic for the same arguments."""
     check_partition_level(options, data.level)
+    check_partition_task(options, data.level, data.task, data.name)
     check_flip_length(options, num_clients)
     params = partition_params(data.name, dataset_options, options, num_clients, seed)
     rng = np.random.default_rng(seed)

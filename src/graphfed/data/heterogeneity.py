@@ -210,7 +210,7 @@ def card(data: FederatedData, source: GraphDataset) -> dict:
                            if all(_has_features(c) for c in data.clients) else None),
            "homophily_mean": None, "homophily_std": None, "edges_lost": None,
            "overlap": shared / held if shared else None}
-    if data.level == "node":
+    if data.level in ("node", "edge"):  # an edge-level run's clients are its node partition's
         h = np.array([edge_homophily(c.graph.edge_index, c.graph.y) for c in data.clients
                       if isinstance(c, NodeClient)])
         h = h[~np.isnan(h)]

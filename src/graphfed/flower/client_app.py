@@ -4,7 +4,8 @@ A node finds its data in its node config: ``data-path`` (a file from ``graphfed 
 export``, on a real SuperNode) or ``partition-id`` (Flower's simulation engine, which loads the
 run's cached partition). The client's persistent state (``ClientContext.state``) is serialised
 into the node's Flower context state after every call, so it survives between rounds whether or
-not the ClientApp process does.
+not the ClientApp process does. Fit messages pass Flower's SecAgg+ client mod, which acts on
+those that carry its stages (``secure_aggregation``, ``runtime.secagg``).
 """
 
 from __future__ import annotations
@@ -16,10 +17,14 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
+import numpy as np
 import torch
 from flwr.app import ConfigRecord, Context, Error, RecordDict
 from flwr.app import Message as FlowerMessage
+from flwr.client.mod import secaggplus_mod
 from flwr.clientapp import ClientApp
+from flwr.clientapp.typing import ClientAppCallable
+from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
 
 from graphfed.allocator import keep_freed_memory
 from graphfed.build import (
@@ -33,10 +38,10 @@ from graphfed.build import (
 from graphfed.config import ExperimentConfig, build_config
 from graphfed.flower.owner import OwnerData, load_owner
 from graphfed.protocol import Client, ClientContext
-from graphfed.runtime import records
+from graphfed.runtime import records, secagg
 from graphfed.runtime.base import answer_on_client
 from graphfed.runtime.identity import sign_claim
-from graphfed.seeding import seeded_call
+from graphfed.seeding import preserved_rngs, seeded_call
 from graphfed.serialization import graph_classes, safe_load
 
 log = logging.getLogger("graphfed.runtime.flower")
@@ -123,7 +128,9 @@ def _answer(phase: str, message: FlowerMessage, context: Context) -> RecordDict:
             content = records.encode_metrics(metrics)
         else:
             answer = node.client.answer_setup if phase == "setup" else node.client.fit
-            content = records.encode(answer_on_client(answer, request, ctx), {})
+            reply = answer_on_client(answer, request, ctx)
+            content = (secagg.fit_result(request, reply, int(control[secagg.WEIGHT]))
+                       if secagg.WEIGHT in control else records.encode(reply, {}))
     _save_state(context, seed, ctx.state)
     return content
 
@@ -135,6 +142,29 @@ def _reply(phase: str, message: FlowerMessage, context: Context) -> FlowerMessag
     except Exception as e:
         log.exception("graphfed client failed on a %s message", phase)
         return FlowerMessage(Error(ERROR_CODE, f"{type(e).__name__}: {e}"), reply_to=message)
+
+
+def secure_aggregation(message: FlowerMessage, context: Context,
+                       call_next: ClientAppCallable) -> FlowerMessage:
+    """Flower's SecAgg+ client mod on the fit messages that carry its stages
+    (``runtime.secagg``), others passing as they are. Right after the fit, NumPy's generator
+    is seeded for the client's stochastic rounding, so the quantised update is the one the
+    in-process runtime makes; the node's own generator states are kept around it."""
+    if RECORD_KEY_CONFIGS not in message.content.config_records:
+        return call_next(message, context)
+
+    def fit_then_seed(request: FlowerMessage, node_context: Context) -> FlowerMessage:
+        reply = call_next(request, node_context)
+        if reply.has_error():  # the mod cannot mask an error: the node drops out of the round
+            raise RuntimeError(reply.error.reason)
+        control = records.control(request.content)
+        seed = int(control["seed"])
+        client = _node(str(control["config"]), seed, _source(node_context)).context.client_id
+        np.random.seed(secagg.quantisation_seed(seed, int(control["round"]), client))
+        return reply
+
+    with preserved_rngs():
+        return secaggplus_mod(message, context, fit_then_seed)
 
 
 app = ClientApp()
@@ -160,7 +190,7 @@ def setup(message: FlowerMessage, context: Context) -> FlowerMessage:
     return _reply("setup", message, context)
 
 
-@app.train()
+@app.train(mods=[secure_aggregation])
 def fit(message: FlowerMessage, context: Context) -> FlowerMessage:
     return _reply("fit", message, context)
 

@@ -3,7 +3,8 @@ its own partition. Written by ``graphfed federation export`` (no flwr needed).
 
 Format (version ``OWNER_FORMAT``; docs/flower.md): a ``torch.save`` of one ``OwnerData`` whose
 ``data`` is a ``NodeClient`` (a PyG ``Data`` subgraph with train/val/test masks and the nodes'
-global ids) or a ``GraphClient`` (``Data`` graphs per split). It is read with
+global ids; at the edge level an ``EdgeClient``, the same with its ``EdgeSplit`` of supervision
+pairs) or a ``GraphClient`` (``Data`` graphs per split). It is read with
 ``weights_only=True`` and only these classes allowed, so a swapped file cannot run code; it is
 written readable by its owner only."""
 
@@ -17,7 +18,8 @@ import torch
 
 from graphfed.build import federated_data
 from graphfed.config import ExperimentConfig
-from graphfed.data.federated import ClientData, GraphClient, NodeClient
+from graphfed.data.edges import EdgeSplit
+from graphfed.data.federated import ClientData, EdgeClient, GraphClient, NodeClient
 from graphfed.errors import GraphfedError
 from graphfed.serialization import graph_classes, safe_load, write_private
 
@@ -57,7 +59,8 @@ def load_owner(path: str | Path) -> OwnerData:
     """An owner's file, read as data only: a swapped file cannot run code on the owner's
     machine."""
     owner = safe_load(Path(path), "owner file",
-                      [OwnerData, NodeClient, GraphClient, *graph_classes()])
+                      [OwnerData, NodeClient, EdgeClient, EdgeSplit, GraphClient,
+                       *graph_classes()])
     if not isinstance(owner, OwnerData):
         raise GraphfedError(f"{path} is not a graphfed owner file (graphfed federation export)")
     if owner.format_version != OWNER_FORMAT:

@@ -1,4 +1,5 @@
-"""GNN backbones on PyG layers, for node classification and graph classification.
+"""GNN backbones on PyG layers, for node classification, graph classification and, as the
+encoder of a link predictor (``models.link``), link prediction.
 
 Every model has ``prepare(graph)``: the per-graph work that does not depend on parameters (GCN's
 symmetric normalisation, SGC's K-step propagation). It is computed once per client graph and
@@ -29,11 +30,13 @@ from graphfed.validation import OPTIONS
 
 ModelName = Literal["gcn", "sage", "sgc", "gat", "gin", "mlp", "mlp_sage"]
 # the task levels each model serves (SGC and the shared FedEgo layer shape read one graph's
-# nodes; GIN is FGFL/GPFL's graph-level backbone)
+# nodes; GIN is FGFL/GPFL's graph-level backbone, and a node encoder at the edge level)
 MODEL_LEVELS: dict[str, tuple[str, ...]] = {
-    "gcn": ("node", "graph"), "sage": ("node", "graph"), "gat": ("node", "graph"),
-    "mlp": ("node", "graph"), "sgc": ("node",), "mlp_sage": ("node",), "gin": ("graph",),
+    "gcn": ("node", "graph", "edge"), "sage": ("node", "graph", "edge"),
+    "gat": ("node", "graph", "edge"), "mlp": ("node", "graph", "edge"), "sgc": ("node",),
+    "mlp_sage": ("node",), "gin": ("graph", "edge"),
 }
+Decoder = Literal["inner", "hadamard_mlp"]
 
 
 class ModelOptions(BaseModel):
@@ -52,6 +55,12 @@ class ModelOptions(BaseModel):
         "times faster on bag-of-words features (Coauthor-Physics: 0.4% non-zeros); node level, "
         "gcn, gat or mlp (the batched engine: gcn or mlp), full-graph training; auto: wherever "
         "the run allows it")
+    decoder: Decoder = Field(
+        "inner", description="edge level: how two node embeddings score a pair, their inner "
+        "product (GAE's) or an MLP on their element-wise product (hadamard_mlp)")
+    embedding: int | None = Field(
+        None, ge=1, description="edge level: the width of the node embeddings the encoder's "
+        "last layer outputs (GAE: 16 under hidden 32); default model.hidden")
 
 
 # the node models whose first operation on the features is a linear map (a sparse product)
@@ -149,18 +158,18 @@ def propagate_inputs(name: str, edge_index: Tensor, edge_weight: Tensor | None):
     return (edge_index,)
 
 
-class NodeClassifier(nn.Module):
-    """``layers`` message-passing layers; the last one outputs class logits."""
+class NodeStack(nn.Module):
+    """``layers`` message-passing layers (ReLU between them, dropout before each) from node
+    features to ``out_dim`` outputs per node: the classifier's logits, or a link predictor's
+    node embeddings (``models.link``), the same stack and parameter names (``convs.<i>``)."""
 
-    def __init__(self, in_dim: int, num_classes: int, opts: ModelOptions):
+    def __init__(self, in_dim: int, out_dim: int, opts: ModelOptions):
         super().__init__()
-        if opts.name == "gin":
-            raise ValueError("gin is a graph-level model here; use gcn, sage, sgc, gat or mlp")
         self.opts = opts
         if opts.name == "sgc":
-            self.convs = nn.ModuleList([nn.Linear(in_dim, num_classes)])
+            self.convs = nn.ModuleList([nn.Linear(in_dim, out_dim)])
             return
-        dims = [in_dim] + [opts.hidden] * (opts.layers - 1) + [num_classes]
+        dims = [in_dim] + [opts.hidden] * (opts.layers - 1) + [out_dim]
         self.convs = nn.ModuleList(
             message_passing_layer(opts.name, dims[i], dims[i + 1], opts,
                                   last=i == opts.layers - 1)
@@ -176,7 +185,9 @@ class NodeClassifier(nn.Module):
             prepared.x = to_csr(prepared.x)
         return prepared
 
-    def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None) -> Tensor:
+    def nodes(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None
+              ) -> Tensor:
+        """Every node's output of the last layer."""
         if self.opts.name == "sgc":
             return self.convs[0](x)
         inputs = propagate_inputs(self.opts.name, edge_index, edge_weight)
@@ -186,6 +197,18 @@ class NodeClassifier(nn.Module):
             if i < len(self.convs) - 1:
                 x = F.relu(x)
         return x
+
+
+class NodeClassifier(NodeStack):
+    """A ``NodeStack`` whose last layer outputs class logits."""
+
+    def __init__(self, in_dim: int, num_classes: int, opts: ModelOptions):
+        if opts.name == "gin":
+            raise ValueError("gin is a graph-level model here; use gcn, sage, sgc, gat or mlp")
+        super().__init__(in_dim, num_classes, opts)
+
+    def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None) -> Tensor:
+        return self.nodes(x, edge_index, edge_weight)
 
 
 class MlpSageClassifier(nn.Module):
@@ -254,6 +277,12 @@ class GraphClassifier(nn.Module):
 
 
 def build_model(level: str, in_dim: int, num_classes: int, opts: ModelOptions) -> nn.Module:
+    """The network of a task level: a node or graph classifier, or at the edge level a link
+    predictor (which scores pairs, not classes)."""
+    if level == "edge":
+        from graphfed.models.link import LinkPredictor  # it extends this module's NodeStack
+
+        return LinkPredictor(in_dim, opts)
     if level == "node" and opts.name == "mlp_sage":
         return MlpSageClassifier(in_dim, num_classes, opts)
     cls = NodeClassifier if level == "node" else GraphClassifier

@@ -128,15 +128,18 @@ Curve = list[tuple[float, float, float]]  # (x, mean, std) points of one series
 
 
 def panel_curves(panels: dict[str, dict[str, Curve]], path: Path, xlabel: str, ylabel: str,
-                 title: str) -> Path:
+                 title: str, linthresh: float | None = None) -> Path:
     """One panel per key of ``panels``, one line with std error bars per series in it, the
-    y axis shared so the panels compare at a glance."""
+    y axis shared so the panels compare at a glance; with ``linthresh``, a symlog x axis,
+    linear below it, so x = 0 shows beside decades of x."""
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.6), sharey=True,
                              squeeze=False)
     for ax, (name, series) in zip(axes[0], panels.items(), strict=True):
         for label, points in series.items():
             xs, means, stds = zip(*sorted(points), strict=True)
             ax.errorbar(xs, means, yerr=stds, marker="o", capsize=2, label=label)
+        if linthresh is not None:
+            ax.set_xscale("symlog", linthresh=linthresh)
         ax.set_title(name, fontsize=9)
         ax.set_xlabel(xlabel)
     axes[0][0].set_ylabel(ylabel)
@@ -159,6 +162,29 @@ def similarity_heatmaps(matrices: dict[str, Sequence[Sequence[float]]], path: Pa
         ax.set_xlabel("client")
         ax.set_ylabel("client")
     fig.colorbar(image, ax=axes[0].tolist(), fraction=0.03, label="cosine similarity")
+    fig.suptitle(title, fontsize=9)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def signed_heatmaps(matrices: dict[str, Sequence[Sequence[float]]], path: Path, title: str,
+                    xlabel: str, ylabel: str, label: str) -> Path:
+    """Row x column maps side by side on one scale symmetric about 0, red above and blue
+    below (cf. FGFL Fig. 1's contributions), so where a sign flips stands out."""
+    fig, axes = plt.subplots(len(matrices), 1, figsize=(9, 1.6 + 1.2 * len(matrices)),
+                             squeeze=False)
+    top = max((abs(v) for m in matrices.values() for row in m for v in row if v == v),
+              default=1.0) or 1.0
+    for ax, (name, matrix) in zip(axes[:, 0], matrices.items(), strict=True):
+        image = ax.imshow(matrix, cmap="RdBu_r", vmin=-top, vmax=top, aspect="auto",
+                          interpolation="nearest",  # columns numbered from 1 (rounds)
+                          extent=(0.5, len(matrix[0]) + 0.5, len(matrix) - 0.5, -0.5))
+        ax.set_title(name, fontsize=9)
+        ax.set_ylabel(ylabel)
+        ax.set_yticks(range(len(matrix)))
+    axes[-1, 0].set_xlabel(xlabel)
+    fig.colorbar(image, ax=axes[:, 0].tolist(), fraction=0.03, label=label)
     fig.suptitle(title, fontsize=9)
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)

@@ -13,13 +13,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from graphfed.data.datasets import dataset_task
 from graphfed.errors import GraphfedError
 from graphfed.reproduce.catalog import get_preset
 from graphfed.reproduce.execute import interruptible, run_cells
 from graphfed.reproduce.plan import Cell, fold_axis, plan_cells, select
 from graphfed.reproduce.preset import Preset, Variant
-from graphfed.reproduce.score import WHOLE_RUN, Scoring, cell_rows
-from graphfed.reproduce.selection import SELECTORS, check_selector
+from graphfed.reproduce.score import (
+    WHOLE_RUN,
+    RoundValue,
+    Scoring,
+    WorstClient,
+    cell_rows,
+    metric_kind,
+)
+from graphfed.reproduce.selection import SELECTORS, check_selector, check_task
 from graphfed.reproduce.settings import missing, parse_label
 from graphfed.reproduce.write import publish, scope
 
@@ -63,6 +71,7 @@ def reproduce(name: str, methods: list[str] | None = None, datasets: list[str] |
         seed_list = list(range(count))
         reasons = {label: missing(parse_label(label, preset.setting_keys).dataset)
                    for label in wanted}
+        _check_tasks(preset, rule, [w for w in wanted if reasons[w] is None])
         cells = plan_cells(preset, variants, [w for w in wanted if reasons[w] is None],
                            seed_list, fold_list, quick, fairness_on, overrides)
         runs = out / "runs"
@@ -81,6 +90,16 @@ def reproduce(name: str, methods: list[str] | None = None, datasets: list[str] |
         publish(preset, rows, out, title, rule,
                 [c.config.engine for c in cells if c.config is not None])
     return out, rows, list(dict.fromkeys(r for r in reasons.values() if r is not None))
+
+
+def _check_tasks(preset: Preset, rule: str, labels: list[str]) -> None:
+    """Refuse, before anything trains, a rule or per-round metric the task of a setting's
+    dataset does not record (``selection.check_task``)."""
+    keys = [metric.key for metric in map(metric_kind, preset.metrics)
+            if isinstance(metric, RoundValue | WorstClient)]
+    for dataset in dict.fromkeys(parse_label(label, preset.setting_keys).dataset
+                                 for label in labels):
+        check_task(rule, keys, dataset_task(dataset), dataset)
 
 
 def _rows(scoring: Scoring, variants: list[Variant], labels: list[str], cells: list[Cell]

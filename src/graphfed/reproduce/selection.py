@@ -8,7 +8,11 @@ every ``eval_every`` rounds; the rules see the evaluated rounds only.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from graphfed.errors import GraphfedError
+from graphfed.evaluation import OPTIONAL, RECORDED, REGRESSION
+from graphfed.regression import TASKS
 
 SELECTORS = {
     "final": "the last evaluated round",
@@ -19,6 +23,10 @@ SELECTORS = {
                    "over clients (FED-PUB's code)",
     "max_val_roc_auc": "every metric at the evaluated round of highest validation ROC-AUC "
                        "averaged over clients (binary tasks; Platonov et al.'s rule)",
+    "max_val_auc": "every metric at the evaluated round of highest validation AUC of link "
+                   "prediction (level edge) averaged over clients",
+    "min_val_rmse": "every metric at the evaluated round of lowest pooled validation RMSE "
+                    "(regression; the round min_val_loss picks, the loss being the MSE)",
 }
 TEST_SELECTED = ("max", "best_last_10")
 LAST = 10
@@ -26,13 +34,36 @@ VAL_LOSS = "val_loss_pooled"
 VAL_ACC = "val_acc"  # the unweighted mean over clients, as FED-PUB's ``Acc @ Best Val All``
 # the validation key each validation rule picks its round by, and whether lower is better
 BY_VALIDATION = {"min_val_loss": (VAL_LOSS, True), "max_val_acc": (VAL_ACC, False),
-                 "max_val_roc_auc": ("val_roc_auc", False)}
+                 "max_val_roc_auc": ("val_roc_auc", False),
+                 "max_val_auc": ("val_auc", False),
+                 "min_val_rmse": ("val_rmse_pooled", True)}
 
 
 def check_selector(rule: str) -> str:
     if rule not in SELECTORS:
         raise GraphfedError(f"unknown selector '{rule}'; choose one of: {', '.join(SELECTORS)}")
     return rule
+
+
+def recorded_by(key: str) -> tuple[str, ...]:
+    """The tasks whose runs record the ``metrics.jsonl`` key ``key``: a split's accuracy, F1 or
+    ROC-AUC only classification runs, its MAE or RMSE only regression runs; a loss, or a key
+    that is no split's statistic, every task."""
+    stem = key.removesuffix("_pooled")
+    tasks = [task for task, stats in (("classification", (*RECORDED, *OPTIONAL)),
+                                      ("regression", REGRESSION))
+             if any(stem.endswith(f"_{stat}") for stat in stats)]
+    return tuple(tasks) or TASKS
+
+
+def check_task(rule: str, keys: Iterable[str], task: str, dataset: str) -> None:
+    """Refuse, in one line and before anything trains, a rule or a metric whose key no run of
+    ``task`` records (an accuracy asked of a regression run, an RMSE of a classifier)."""
+    asked = [(f"select {rule}", BY_VALIDATION[rule][0])] if rule in BY_VALIDATION else []
+    for what, key in [*asked, *((f"metric {key}", key) for key in keys)]:
+        if task not in recorded_by(key):
+            raise GraphfedError(f"{what} reads {key}, which a {task} run ({dataset}) does not "
+                                f"record: it is for {'/'.join(recorded_by(key))} tasks")
 
 
 def tag(rule: str) -> str:

@@ -2,6 +2,8 @@
 
 Per round: sample clients, ask the server what each receives, deliver, check every reply at the
 boundary (a malformed reply is dropped and logged, never aggregated), aggregate, count bytes.
+Under ``secure_aggregation`` the fit replies are masked (``runtime.secagg``): the server gets
+only their weighted mean, which takes the replies' place, and no reply reaches the boundary.
 
 The server believes no number a client could lie about. The checks live here, in the round logic
 every runtime shares, so the in-process engines and Flower drop the same replies:
@@ -26,7 +28,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -43,6 +45,13 @@ from graphfed.messages import (
     finite_messages,
     readable,
     shown,
+)
+from graphfed.privacy.secure_aggregation import (
+    AveragesUpdates,
+    SecAggPlan,
+    SecureAggregationOptions,
+    SecureSum,
+    round_plan,
 )
 from graphfed.protocol import SERVER_DEVICE, ClientContext, Server
 from graphfed.seeding import SERVER, seeded_call
@@ -131,6 +140,12 @@ class Runtime(ABC):
         """Send setup messages; return the replies received and the clients that failed."""
 
     @abstractmethod
+    def deliver_secure_fit(self, rnd: int, messages: dict[int, Message],
+                           weights: dict[int, int], plan: SecAggPlan) -> SecureSum:
+        """Send fit messages under secure aggregation (``runtime.secagg``), each client
+        weighing its update by ``weights``; what the protocol reveals."""
+
+    @abstractmethod
     def deliver_evaluate(self, rnd: int, messages: dict[int, Message]) -> dict[int, dict]:
         """Send evaluate messages; return each answering client's metrics per split."""
 
@@ -145,14 +160,8 @@ class Runtime(ABC):
         """Deliver ``messages``, keep the replies that pass the boundary check (with
         ``bound_updates``, also whose updates, reply minus what the client was sent, some
         aggregation can use: ``mechanisms.robust.unusable_updates``)."""
-        # a message sent to many clients is checked once; all are checked for finite values
-        # in one pass, and the replies by their update norms, also taken in one pass
-        distinct: dict[int, tuple[int, Message]] = {}
-        for client, message in messages.items():
-            distinct.setdefault(id(message), (client, message))
-        finite = finite_messages({key: m for key, (_, m) in distinct.items()})
-        for key, (client, message) in distinct.items():
-            check_message(message, sender=f"server -> client {client}", finite=key in finite)
+        # the replies are checked by their update norms, taken in one pass
+        _check_sent(messages)
         replies, dropped = deliver(messages)
         replies = _asked(rnd, messages, replies)
         computable = {c: m.tensors for c, m in replies.items() if readable(m)}
@@ -245,11 +254,31 @@ class Runtime(ABC):
     def _fit_round(self, rnd: int) -> RoundRecord:
         sampled = self.sample_clients()
         messages = self.server.configure_fit(rnd, sampled)
+        secure = self.server.setup.secure_aggregation
+        if secure is not None:
+            return self._secure_fit_round(rnd, sampled, messages, secure)
         record, valid = self._exchange(rnd, sampled, messages,
                                        lambda m: self.deliver_fit(rnd, m), self.server.reply_spec,
                                        self.server.check_reply, bound_updates=True)
         self.server.aggregate_fit(rnd, valid)
         return record
+
+    def _secure_fit_round(self, rnd: int, sampled: list[int], messages: dict[int, Message],
+                          options: SecureAggregationOptions) -> RoundRecord:
+        """The fit exchange under secure aggregation: the server gets the clients' updates only
+        as their weighted mean (``deliver_secure_fit``), which takes the replies' place. No
+        reply is checked at the boundary, since none is seen: the clipping range bounds what
+        each client adds instead."""
+        _check_sent(messages)
+        server = cast(AveragesUpdates, self.server)
+        weights = server.secure_weights(sampled)
+        plan = round_plan(options, len(sampled), max(weights.values()))
+        outcome = self.deliver_secure_fit(rnd, messages, weights, plan)
+        server.aggregate_mean(rnd, outcome.mean_update(messages[sampled[0]].tensors))
+        return RoundRecord(round=rnd, sampled=sampled, answered=outcome.contributors,
+                           dropped=outcome.dropped, bytes_up=outcome.bytes_up,
+                           bytes_down=sum(m.nbytes for m in messages.values()),
+                           train_loss=outcome.train_loss, wire_bytes=outcome.wire)
 
     def evaluate_round(self, rnd: int) -> dict[int, dict]:
         """Each answering client's metrics per split, those that pass the boundary check
@@ -275,6 +304,17 @@ class Runtime(ABC):
 
     def load_state_dict(self, state: dict) -> None:
         self.rng.bit_generator.state = state["rng"]
+
+
+def _check_sent(messages: dict[int, Message]) -> None:
+    """The boundary check of what the server sends: a message sent to many clients is checked
+    once, all of them for finite values in one pass."""
+    distinct: dict[int, tuple[int, Message]] = {}
+    for client, message in messages.items():
+        distinct.setdefault(id(message), (client, message))
+    finite = finite_messages({key: m for key, (_, m) in distinct.items()})
+    for key, (client, message) in distinct.items():
+        check_message(message, sender=f"server -> client {client}", finite=key in finite)
 
 
 def _asked(rnd: int, messages: dict[int, Any], replies: dict[Any, Any]) -> dict[int, Any]:

@@ -22,7 +22,7 @@ from flwr.serverapp import Grid
 from graphfed.errors import GraphfedError
 from graphfed.messages import Message, MessageError
 from graphfed.protocol import Server
-from graphfed.runtime import records
+from graphfed.runtime import records, secagg
 from graphfed.runtime.base import RoundFailed, Runtime
 from graphfed.runtime.flower_options import FlowerOptions
 from graphfed.runtime.identity import claim_is_signed, new_challenge
@@ -177,6 +177,37 @@ class FlowerRuntime(Runtime):
 
     def deliver_fit(self, rnd, messages):
         return _decoded(rnd, "fit", *self._send("fit", rnd, messages), records.decode)
+
+    def deliver_secure_fit(self, rnd, messages, weights, plan):
+        """The fit phase as Flower's SecAgg+ stages (``runtime.secagg``): each client's fit
+        message, with its weight, travels in the stage that collects the masked vectors; no
+        reply is decoded, the server holds only masked vectors and their unmasked sum."""
+        control = {"config": self.config_text, "seed": self.seed, "round": rnd}
+        fit = {c: records.encode(m, {**control, secagg.WEIGHT: weights[c]})
+               for c, m in messages.items()}
+        like = next(iter(messages.values())).tensors
+        shapes = [(1,), *(tuple(t.shape) for t in like.values()), (1,)]
+        stages = secagg.FlowerSecAgg(rnd, self.seed, {c: self.nodes[c] for c in messages},
+                                     plan, lambda contents: self._ask_stage(rnd, contents))
+        return stages.run(fit, shapes)
+
+    def _ask_stage(self, rnd: int, contents: dict[int, RecordDict]
+                   ) -> tuple[dict[int, RecordDict], dict[int, str]]:
+        """One SecAgg+ stage: a fit ("train") message each, the replies' contents, and why
+        the others failed (an error, or silence past ``round_timeout``)."""
+        out = {c: FlowerMessage(content, self.nodes[c], MESSAGE_TYPES["fit"],
+                                group_id=f"seed-{self.seed}-round-{rnd}")
+               for c, content in contents.items()}
+        replies: dict[int, RecordDict] = {}
+        failed = {c: f"no reply within {self.options.round_timeout:g}s (flower.round_timeout)"
+                  for c in contents}
+        for client, reply in self._exchange_with_nodes(out):
+            if reply.has_error():
+                failed[client] = f"node error: {reply.error.reason}"
+            else:
+                replies[client] = reply.content
+                del failed[client]
+        return replies, failed
 
     def deliver_evaluate(self, rnd, messages):
         replies, _ = _decoded(rnd, "evaluate", *self._send("evaluate", rnd, messages),

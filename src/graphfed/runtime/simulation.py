@@ -9,6 +9,10 @@ sequential path."""
 
 from __future__ import annotations
 
+import importlib
+from types import ModuleType
+
+from graphfed.errors import GraphfedError
 from graphfed.messages import Message
 from graphfed.protocol import SERVER_DEVICE, Client, ClientContext, Server, evaluates_params
 from graphfed.runtime.base import Runtime, answer_on_client, log, move_messages
@@ -98,6 +102,14 @@ class SimulationRuntime(Runtime):
                     failed[c] = _dropped(rnd, c, e)
         return move_messages(replies, SERVER_DEVICE), failed
 
+    def deliver_secure_fit(self, rnd, messages, weights, plan):
+        """Every client fits as without secure aggregation; their updates are then quantised
+        as Flower's SecAgg+ mod quantises them and summed without the masks, which cancel
+        exactly: the numbers of a Flower run of the same seed."""
+        replies, failed = self.deliver_fit(rnd, messages)
+        return secagg_module().in_process_sum(rnd, self.seed, messages, replies, failed,
+                                              weights, plan)
+
     def deliver_setup(self, messages):
         return self._ask(0, "setup", messages, self.client.answer_setup)
 
@@ -140,6 +152,16 @@ class SimulationRuntime(Runtime):
         super().load_state_dict(state)
         for ctx, client_state in zip(self.contexts, state["clients"], strict=True):
             ctx.state = move_tensors(client_state, ctx.trainer.device)
+
+
+def secagg_module() -> ModuleType:
+    """``runtime.secagg``, whose protocol is Flower's SecAgg+ (the ``graphfed[flower]`` extra),
+    or a one-line error saying how to install it."""
+    try:
+        return importlib.import_module("graphfed.runtime.secagg")
+    except ImportError as e:
+        raise GraphfedError(f"secure_aggregation runs Flower's SecAgg+, which cannot be "
+                            f"imported ({e}): pip install 'graphfed[flower]'") from None
 
 
 def _on_device(message: Message, ctx: ClientContext, copies: dict) -> Message:

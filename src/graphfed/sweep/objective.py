@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from graphfed.config import ExperimentConfig, with_overrides
+from graphfed.config_file import parse_overrides
 from graphfed.reproduce.selection import BY_VALIDATION, evaluated, selected_round
 
 TRIAL_SEED = 0  # every trial trains on seed 0, the first of the seeds the winner is re-run on
@@ -52,9 +53,11 @@ OBJECTIVES = {o.name: o for o in (
 DEFAULT_OBJECTIVE = "val_acc"
 
 
-def method_config(base: ExperimentConfig, algorithm: str) -> ExperimentConfig:
-    """The base config with ``algorithm`` running it."""
-    return with_overrides(base, {"algorithm": algorithm})
+def method_config(base: ExperimentConfig, algorithm: str, extra: tuple[str, ...] = ()
+                  ) -> ExperimentConfig:
+    """The base config with ``algorithm`` running it, then ``extra`` (``key=value``: the
+    settings a protocol gives that method alone, e.g. FED-PUB's own)."""
+    return with_overrides(base, {"algorithm": algorithm, **dict(parse_overrides(list(extra)))})
 
 
 def trial_config(config: ExperimentConfig, params: dict[str, Any], name: str,

@@ -2,7 +2,8 @@
 (``reproduce``'s scoring: mean ± std and the 95 % t interval), written as ``table.csv`` (the
 reproduction columns plus ``trials``), ``table.md``, ``trials.csv`` (every trial's slot, value
 and values), ``best/<method>.yaml`` (an ordinary config: ``graphfed run`` on it re-runs the
-cell) and ``provenance.json``."""
+cell), ``provenance.json`` and ``sweep.json`` (how the table was made, the partition's
+heterogeneity card: what ``graphfed leaderboard`` reads beside the table)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from graphfed.sweep.study import SLOT, MethodStudy
 # at the round the sweep's validation rule picks
 METRICS = register_metrics({"test_acc": RoundValue("test_acc")})
 TABLE_COLUMNS = (*COLUMNS, "trials")
+ABOUT = "sweep.json"
 
 
 def rows(finals: list[tuple[MethodStudy, Cell]], seeds: list[int], rule: str) -> list[dict]:
@@ -62,6 +64,18 @@ def write(out: Path, table: list[dict], finals: list[tuple[MethodStudy, Cell]],
         (best / f"{study.method}.yaml").write_text(best_yaml(cell.config))
     engines: list[str] = [cell.config.engine for _, cell in finals if cell.config is not None]
     (out / "provenance.json").write_text(json.dumps(provenance(engines), indent=1) + "\n")
+
+
+def write_about(out: Path, about: dict) -> None:
+    (out / ABOUT).write_text(json.dumps(about, indent=1) + "\n")
+
+
+def run_seconds(run_dir: Path) -> float:
+    """The seconds a finished run directory's summary says it took (0 without one)."""
+    try:
+        return float(json.loads((run_dir / "summary.json").read_text()).get("seconds") or 0.0)
+    except (OSError, ValueError, AttributeError):
+        return 0.0
 
 
 def best_yaml(config: ExperimentConfig) -> str:

@@ -8,6 +8,7 @@ processes. SIGINT or SIGTERM stops it all (``Interrupted``); the same call conti
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,8 +28,8 @@ from graphfed.sweep.objective import (
     method_config,
     trial_config,
 )
-from graphfed.sweep.space import describe, method_space
-from graphfed.sweep.study import SAMPLERS, MethodStudy, require_optuna
+from graphfed.sweep.space import GRID_SEED, describe, method_space
+from graphfed.sweep.study import SAMPLERS, SLOT, MethodStudy, require_optuna
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,8 @@ class Request:
     jobs: int = 1
     storage: str | None = None  # default: sqlite:///OUT/study.db
     ray: str | None = None  # a Ray cluster's address: every run a task there instead
+    # (method, key=value overrides) for the methods a protocol sets up its own way (a preset's)
+    method_overrides: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def check(self) -> None:
         """Refuse bad numbers and names before anything loads."""
@@ -62,8 +65,10 @@ class Request:
                                 f"{', '.join(OBJECTIVES)}")
 
 
-def sweep(request: Request, out: Path, progress: bool = True) -> list[dict]:
-    """Run ``request`` into ``out``; the table's rows."""
+def sweep(request: Request, out: Path, progress: bool = True,
+          context: Mapping[str, Any] | None = None) -> list[dict]:
+    """Run ``request`` into ``out``; the table's rows. ``context`` (e.g. the preset and
+    protocol it came from) joins what ``sweep.json`` records."""
     request.check()
     require_optuna()
     methods = [get_algorithm(m).name for m in request.methods]
@@ -71,7 +76,8 @@ def sweep(request: Request, out: Path, progress: bool = True) -> list[dict]:
         raise GraphfedError(f"--methods names a method twice: {','.join(request.methods)}")
     objective = OBJECTIVES[request.objective]
     base = load_config(request.config, request.overrides)
-    configs = {m: method_config(base, m) for m in methods}
+    extra = dict(request.method_overrides)
+    configs = {m: method_config(base, m, extra.get(m, ())) for m in methods}
     out.mkdir(parents=True, exist_ok=True)
     if request.ray:  # before any study opens: a cluster that does not answer costs nothing
         from graphfed.reproduce.ray_cluster import connect
@@ -93,7 +99,35 @@ def sweep(request: Request, out: Path, progress: bool = True) -> list[dict]:
                  f"the winner over {request.seeds} seed{'s' * (request.seeds != 1)}, select "
                  f"{objective.rule}")
         report.write(out, table, finals, title)
+        report.write_about(out, _about(request, base, objective, finals, out, context or {}))
     return table
+
+
+def _about(request: Request, base: ExperimentConfig, objective: Objective,
+           finals: list[tuple[MethodStudy, Cell]], out: Path, context: Mapping[str, Any]
+           ) -> dict[str, Any]:
+    """What ``sweep.json`` records: how the table was made (budget, sampler, the validation
+    rule, the seeds, the protocol: partition and clients unless ``context`` names it), the
+    partition's heterogeneity card (the first final run's: every method
+    runs on the same partitions; one for every seed where ``partition.seed`` fixes it) and the
+    seconds its runs trained."""
+    first = finals[0][1].summary or {}
+    runs = [out / "trials" / f"{study.method}-t{trial.user_attrs[SLOT]:03d}"
+            for study, _ in finals for trial in study.finished()]
+    seconds = [report.run_seconds(path) for path in runs] + [
+        float((cell.summary or {}).get("seconds") or 0.0) for _, cell in finals]
+    return {"dataset": base.dataset, "protocol": f"{base.partition.name}-K{base.num_clients}",
+            "methods": [study.method for study, _ in finals],
+            "budget": request.budget, "sampler": request.sampler,
+            "grid_seed": GRID_SEED if request.sampler == "grid" else None,
+            "objective": objective.name, "objective_help": objective.help,
+            "rule": objective.rule, "trial_seed": TRIAL_SEED,
+            "seeds": list(range(request.seeds)), "config": request.config,
+            "overrides": list(request.overrides),
+            "method_overrides": {m: list(o) for m, o in request.method_overrides},
+            "partition_seed": base.partition.seed, "partition_id": first.get("partition_id"),
+            "heterogeneity": first.get("heterogeneity"),
+            "run_seconds": round(sum(seconds), 1), **context}
 
 
 def _open(method: str, config: ExperimentConfig, request: Request, objective: Objective,

@@ -29,7 +29,13 @@ from torch import Tensor
 
 from graphfed.tensors import Params
 from graphfed.training import replay
-from graphfed.training.batches import GraphBatch, NodeBatch, PreparedClient, PreparedNodeClient
+from graphfed.training.batches import (
+    GraphBatch,
+    NodeBatch,
+    PreparedClient,
+    PreparedEdgeClient,
+    PreparedNodeClient,
+)
 from graphfed.training.grouping import by_size_group, step_size
 from graphfed.training.joined import joins
 from graphfed.training.padded import Cache, NodeLayout, node_layout
@@ -60,6 +66,8 @@ def batch_refusal(trainer: Trainer, data: PreparedClient) -> str | None:
     if isinstance(data, PreparedNodeClient) and (
             data.sampler is not None or data.sampling.train_fraction < 1.0):
         return "it trains on sampled neighbourhoods or node subsets"
+    if isinstance(data, PreparedEdgeClient):
+        return "it scores node pairs, which the stacked pass does not"
     return None
 
 
@@ -117,7 +125,8 @@ def _train_group(trainer: Trainer, jobs: list[ClientJob], epochs: int,
     for _ in range(epochs):
         # each client's own epoch of batches, shuffled by its own generator
         epoch: list[Iterator[NodeBatch | GraphBatch]] = [
-            iter(j.data.batches("train", batch_size, True, g))
+            cast(Iterator[NodeBatch | GraphBatch],  # no edge client batches (batch_refusal)
+                 iter(j.data.batches("train", batch_size, True, g)))
             for j, g in zip(jobs, generators, strict=True)]
         while True:
             chosen = [next(batches, None) for batches in epoch]

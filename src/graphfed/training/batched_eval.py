@@ -36,6 +36,7 @@ from graphfed.training import plans
 from graphfed.training.batches import (
     NodeInputs,
     PreparedClient,
+    PreparedEdgeClient,
     PreparedGraphClient,
     PreparedNodeClient,
 )
@@ -70,6 +71,8 @@ def eval_refusal(trainer: Trainer, data: PreparedClient) -> str | None:
     """Why this client cannot be evaluated in a stacked pass (None: it can)."""
     if getattr(trainer.model, "opts", None) is None:
         return f"{type(trainer.model).__name__} is not one of graphfed's GNN backbones"
+    if isinstance(data, PreparedEdgeClient):
+        return "it scores node pairs, which the stacked pass does not"
     if data.evaluation_draws:
         return "it evaluates on sampled neighbourhoods"
     return None
@@ -259,6 +262,7 @@ def _global_metrics(trainer: Trainer, jobs: list[EvalJob]) -> list[dict[str, flo
         inputs = (x, test.edge_index, test.edge_weight)
         rows, index, labels = len(test.y), test.index["test"], test.y
     else:
+        assert isinstance(test, PreparedGraphClient), "the edge level has no global test set"
         batch = test.splits["test"].all()
         inputs = (batch.x, batch.edge_index, batch.batch, batch.num_graphs, batch.edge_weight)
         rows, index, labels = len(batch.x), None, batch.targets

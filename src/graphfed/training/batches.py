@@ -1,7 +1,8 @@
 """Client data moved to the device once, prepared once, and cut into mini-batches with tensor ops.
 
 Graph-level clients are collated into one big batch per split a single time; a mini-batch is a
-set of whole graphs sliced out of it (no DataLoader re-collating every epoch).
+set of whole graphs sliced out of it (no DataLoader re-collating every epoch). Edge-level
+clients hold their message-passing graphs prepared once and score node pairs over them.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from typing import Any, Literal, Protocol, cast, overload
 import torch
 from torch import Tensor, nn
 from torch_geometric.data import Batch, Data
+from torch_geometric.utils import negative_sampling
 
-from graphfed.data.federated import SPLITS, ClientData, GraphClient, NodeClient
+from graphfed.data.federated import SPLITS, ClientData, EdgeClient, GraphClient, NodeClient
 from graphfed.data.sampling import WHOLE_GRAPH_WEIGHTS, NeighbourSampler, SamplingOptions
 from graphfed.errors import GraphfedError
 from graphfed.metrics import majority_class
@@ -115,6 +117,31 @@ class GraphBatch:
     @property
     def targets(self) -> Tensor:
         return self.y
+
+
+@dataclass
+class EdgeBatch:
+    """Node pairs to score over a message-passing graph: ``pairs`` [2, P], ``y`` True where a
+    pair is an edge (``graphfed.linkpred``)."""
+
+    x: Tensor
+    edge_index: Tensor
+    edge_weight: Tensor | None
+    pairs: Tensor
+    y: Tensor
+
+    def forward(self, model: nn.Module, call: ModelCall) -> Tensor:
+        """The pairs' logits (a ``models.link.LinkPredictor``'s)."""
+        out: Tensor = call(model, (self.x, self.edge_index, self.edge_weight, self.pairs))
+        return out
+
+    @property
+    def targets(self) -> Tensor:
+        return self.y
+
+
+# a batch of any task level: what ``PreparedClient.batches`` yields
+AnyBatch = NodeBatch | GraphBatch | EdgeBatch
 
 
 class _TrainMajority:
@@ -312,6 +339,69 @@ class PreparedGraphClient(_TrainMajority):
             yield graphs.take(chunk)
 
 
+class PreparedEdgeClient:
+    """An edge-level client on the device (``graphfed.data.edges``): its message-passing graphs
+    prepared once, the training graph (training and validation predictions) and the training
+    plus validation graph (test predictions), and its supervision pairs. An epoch is one
+    full-graph batch: the training edges and ``train_negatives`` times as many negative pairs,
+    drawn fresh (PyG's ``negative_sampling`` against the training edges, from the global RNG,
+    which each party's call seeds). Evaluation scores the fixed negatives of validation and
+    test; scoring the training split draws negatives as training does."""
+
+    evaluation_draws = True  # the training split's negatives (validation and test draw none)
+    target_scale: TargetScale | None = None  # pairs, not real targets
+    train_majority: int | None = None  # no class to leave out
+
+    def __init__(self, client: EdgeClient, model: nn.Module, device: torch.device):
+        split = client.edges
+        self.num_nodes = client.num_nodes
+        self.train_negatives = split.train_negatives
+        self.train_edges = split.message_passing("train").to(device)
+        graphs = {s: _prepare(model, Data(x=client.graph.x, edge_index=split.message_passing(s),
+                                          num_nodes=client.num_nodes)).to(device)
+                  for s in ("train", "test")}
+        self.graphs = {s: graphs["test" if s == "test" else "train"] for s in SPLITS}
+        self.positive = {s: split.positive[s].to(device) for s in SPLITS}
+        self.negative = {s: split.negative[s].to(device) for s in split.negative}
+
+    def num_samples(self, split: str) -> int:
+        return self.positive[split].size(1)
+
+    def _scored(self, split: str, pairs: Tensor, positives: int) -> EdgeBatch:
+        """``pairs`` of ``split``, the first ``positives`` of them edges, over the graph its
+        predictions pass messages on."""
+        g = self.graphs[split]
+        y = torch.zeros(pairs.size(1), dtype=torch.bool, device=pairs.device)
+        y[:positives] = True
+        return EdgeBatch(g.x, g.edge_index, getattr(g, "edge_weight", None), pairs, y)
+
+    def batch_of(self, split: str, chosen: Tensor | None = None) -> EdgeBatch:
+        """``split``'s positive pairs (those at positions ``chosen``, default all) and its
+        negatives: the fixed ones of validation and test, fresh ones for training."""
+        positive = self.positive[split] if chosen is None else self.positive[split][:, chosen]
+        negative = self.negative.get(split)
+        if negative is None:
+            negative = negative_sampling(self.train_edges, self.num_nodes,
+                                         int(self.train_negatives * positive.size(1)))
+        return self._scored(split, torch.cat([positive, negative], dim=1), positive.size(1))
+
+    def outputs(self, model: nn.Module, call: ModelCall, splits: Iterable[str]
+                ) -> dict[str, tuple[Tensor, Tensor]]:
+        """Pair logits and targets of each split that has positive and negative pairs."""
+        out: dict[str, tuple[Tensor, Tensor]] = {}
+        for s in splits:
+            batch = self.batch_of(s)
+            if 0 < self.num_samples(s) < batch.pairs.size(1):
+                out[s] = (batch.forward(model, call), batch.targets)
+        return out
+
+    def batches(self, split: str, batch_size: int | None, shuffle: bool,
+                generator: torch.Generator | None = None) -> Iterator[EdgeBatch]:
+        """One epoch: the whole split in one batch (the edge level has no mini-batches)."""
+        if self.num_samples(split):
+            yield self.batch_of(split)
+
+
 def _target_scale(client: GraphClient) -> TargetScale | None:
     """A regression client's standardisation, from its training targets only; None for class
     labels. A set of graphs with real targets and no training graph (a global test set) has
@@ -326,11 +416,13 @@ def _target_scale(client: GraphClient) -> TargetScale | None:
     return TargetScale.of(client.labels("train"))
 
 
-PreparedClient = PreparedNodeClient | PreparedGraphClient
+PreparedClient = PreparedNodeClient | PreparedGraphClient | PreparedEdgeClient
 
 
 def prepare_client(client: ClientData, model: nn.Module, device: torch.device,
                    sampling: SamplingOptions | None = None) -> PreparedClient:
+    if isinstance(client, EdgeClient):
+        return PreparedEdgeClient(client, model, device)
     if isinstance(client, NodeClient):
         return PreparedNodeClient(client, model, device, sampling)
     return PreparedGraphClient(client, model, device)

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from graphfed.models.sparse import is_csr
 from graphfed.training import plans
-from graphfed.training.batches import PreparedClient, PreparedNodeClient
+from graphfed.training.batches import PreparedClient, PreparedGraphClient, PreparedNodeClient
 from graphfed.training.padded import Cache
 from graphfed.training.trainer import Trainer
 
@@ -24,6 +24,7 @@ def step_size(data: PreparedClient, batch_size: int | None) -> float:
     one mini-batch's share of its training graphs' nodes (graph level)."""
     if isinstance(data, PreparedNodeClient):
         return float(len(data.y))
+    assert isinstance(data, PreparedGraphClient), "edge clients never batch (batch_refusal)"
     graphs = data.splits["train"]
     if graphs.num_graphs == 0:
         return 0.0
@@ -99,7 +100,10 @@ def group_rows(trainer: Trainer, data: PreparedClient) -> float:
 
 
 def _features(data: PreparedClient) -> Tensor:
-    return data.x if isinstance(data, PreparedNodeClient) else data.splits["train"].x
+    if isinstance(data, PreparedNodeClient):
+        return data.x
+    assert isinstance(data, PreparedGraphClient), "edge clients never batch (batch_refusal)"
+    return data.splits["train"].x
 
 
 def row_macs(model: nn.Module, x: Tensor) -> float:

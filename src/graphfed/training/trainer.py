@@ -15,10 +15,14 @@ from pydantic import BaseModel, Field
 from torch import Tensor, nn
 from torch.func import functional_call
 
+from graphfed.errors import GraphfedError
+from graphfed.linkpred import many_link_metrics
 from graphfed.metrics import many_classification_metrics
-from graphfed.regression import many_regression_metrics, mean_loss
+from graphfed.regression import is_link, many_regression_metrics, mean_loss
 from graphfed.tensors import Params
 from graphfed.training.batches import (
+    AnyBatch,
+    EdgeBatch,
     GraphBatch,
     ModelCall,
     NodeBatch,
@@ -78,6 +82,15 @@ def _extra(extra_loss: ExtraLoss, live: Params, loss: Tensor) -> Tensor:
     if getattr(extra_loss, "sees_loss", False):
         return cast(LossSeeingTerm, extra_loss)(live, loss.detach())
     return cast(PlainLoss, extra_loss)(live)
+
+
+def _embedded(batch: AnyBatch) -> NodeBatch | GraphBatch:
+    """``batch`` for a ``BatchLoss``, which reads node or graph embeddings: a batch of node
+    pairs has none to give."""
+    if isinstance(batch, EdgeBatch):
+        raise GraphfedError("an embedding regulariser (batch_loss) reads node or graph "
+                            "embeddings; the edge level scores node pairs")
+    return batch
 
 
 def _call(model: nn.Module, params: Params) -> ModelCall:
@@ -144,11 +157,12 @@ class Trainer:
                 if batch_loss is None:
                     logits = batch.forward(self.model, call)
                 else:
-                    logits, embedding = batch.forward(self.model, call, with_embedding=True)
+                    logits, embedding = _embedded(batch).forward(self.model, call,
+                                                                 with_embedding=True)
                 loss = mean_loss(logits, batch.targets)
                 objective = loss if extra_loss is None else loss + _extra(extra_loss, live, loss)
                 if batch_loss is not None:
-                    objective = objective + batch_loss(live, batch, embedding)
+                    objective = objective + batch_loss(live, _embedded(batch), embedding)
                 objective.backward()
                 optimizer.step()
                 n = len(batch.targets)
@@ -201,8 +215,13 @@ class Trainer:
     def clients_split_metrics(self, outputs: list[dict[str, tuple[Tensor, Tensor]]],
                               clients: list[PreparedClient]) -> list[SplitMetrics]:
         """``split_metrics`` of many clients, computed together (``many_classification_metrics``,
-        or ``many_regression_metrics`` for clients whose targets are standardised real values):
-        what a batched evaluation scores in one pass."""
+        ``many_regression_metrics`` for clients whose targets are standardised real values, or
+        ``many_link_metrics`` for scored node pairs): what a batched evaluation scores in one
+        pass."""
+        pairs = [scored for splits in outputs for scored in splits.values()]
+        if any(is_link(target) for _, target in pairs):
+            metrics = iter(many_link_metrics(pairs))
+            return [{s: next(metrics) for s in splits} for splits in outputs]
         if any(data.target_scale is not None for data in clients):
             metrics = iter(many_regression_metrics(
                 [(predictions, target, data.target_scale)
@@ -222,15 +241,17 @@ class Trainer:
         return ("val", "test", "train") if self.eval_train_split else ("val", "test")
 
     @overload
-    def forward(self, params: Params, batch: NodeBatch | GraphBatch) -> Tensor: ...
+    def forward(self, params: Params, batch: AnyBatch) -> Tensor: ...
 
     @overload
     def forward(self, params: Params, batch: GraphBatch, *, with_embedding: Literal[True]
                 ) -> tuple[Tensor, Tensor]: ...
 
-    def forward(self, params: Params, batch: NodeBatch | GraphBatch, **kwargs: bool
+    def forward(self, params: Params, batch: AnyBatch, **kwargs: bool
                 ) -> Tensor | tuple[Tensor, Tensor]:
         """One differentiable forward pass of ``batch`` under ``params`` (current mode)."""
+        if isinstance(batch, EdgeBatch):  # pair logits only (the overloads allow no more)
+            return batch.forward(self.model, _call(self.model, params))
         return batch.forward(self.model, _call(self.model, params), **kwargs)
 
     @torch.no_grad()

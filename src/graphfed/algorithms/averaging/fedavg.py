@@ -7,7 +7,14 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from graphfed.algorithms.registry import ANY_TASK, Algorithm, register
+from graphfed.algorithms.averaging.leave_one_out import (
+    RECORD,
+    ContributionProbe,
+    GlobalTest,
+    LeaveOneOutOptions,
+    server_inputs,
+)
+from graphfed.algorithms.registry import ANY_LEVEL, ANY_TASK, Algorithm, register
 from graphfed.errors import GraphfedError
 from graphfed.mechanisms.robust import robust_average
 from graphfed.messages import NUM_SAMPLES, Message, ScalarSpec, TensorSpec, fit_scalars, spec_of
@@ -22,18 +29,25 @@ class FedAvgOptions(AlgorithmOptions):
     weighted: bool = Field(True, description="weight by client sample counts (False: uniform)")
 
 
+class FedAvgOwnOptions(LeaveOneOutOptions, FedAvgOptions):
+    """FedAvg's own options: the family's, and the leave-one-out diagnostic (the family's
+    servers that combine replies their own way do not take it)."""
+
+
 class FedAvgServer(Server):
     """Holds one global model; every sampled client gets it, replies are averaged."""
 
     state_keys: ClassVar[tuple[str, ...]] = ("params",)
     options: FedAvgOptions
 
-    def __init__(self, setup: Setup):
+    def __init__(self, setup: Setup, global_test: GlobalTest | None = None):
         super().__init__(setup)
         self.params: Params = {k: v.clone() for k, v in setup.initial_params.items()}
         dp = setup.dp
         self.dp = (None if dp is None else
                    DPAggregator(dp.options, dp.clients_per_round, setup.num_clients))
+        self.probe = ContributionProbe.of(setup, global_test)
+        self.contribution: dict[str, Any] = {}
 
     def configure_fit(self, rnd: int, clients: list[int]) -> dict[int, Message]:
         message = Message(tensors=self.params)
@@ -45,14 +59,41 @@ class FedAvgServer(Server):
     def aggregate_fit(self, rnd: int, replies: dict[int, Message]) -> None:
         if not replies:
             return
-        self.params = self.average([m.tensors for m in replies.values()],
-                                   self.weights(replies), self.params)
+        models, weights = [m.tensors for m in replies.values()], self.weights(replies)
+        if self.probe is not None:
+            index = {c: j for j, c in enumerate(replies)}
+            without = self.probe.leave_out(list(replies), lambda rest: self.average(
+                [models[index[c]] for c in rest], [weights[index[c]] for c in rest],
+                self.params))
+        self.params = self.average(models, weights, self.params)
+        if self.probe is not None:
+            self.contribution = self.probe.record(list(replies), without, self.params)
+
+    def round_metrics(self) -> dict[str, Any]:
+        return {RECORD: self.contribution} if self.probe is not None else {}
 
     def weights(self, replies: dict[int, Message]) -> list[float]:
         """Each reply's aggregation weight: its training samples (the partition's count, which
         the runtime puts in place of the client's claim), or 1 with ``weighted=false``."""
         weighted = self.options.weighted
         return [float(m.scalars[NUM_SAMPLES]) if weighted else 1.0 for m in replies.values()]
+
+    def secure_weights(self, clients: list[int]) -> dict[int, int]:
+        """Each client's weight under secure aggregation, which the client applies itself
+        before masking: what ``weights`` gives its reply, and 1 under ``dp`` (DP-FedAvg's mean
+        is uniform)."""
+        sizes = self.setup.client_sizes
+        weighted = self.options.weighted and self.dp is None
+        return {c: sizes[c].train if weighted else 1 for c in clients}
+
+    def aggregate_mean(self, rnd: int, mean: Params) -> None:
+        """Secure aggregation's result in place of the replies: the weighted mean of the
+        clients' updates, all the server learns of them (``runtime.secagg``). Under ``dp``
+        (``where=client``, the only kind it allows) the clients noised their updates: the
+        round is the same release for the ledger."""
+        if self.dp is not None:
+            self.record_release(self.dp.release)
+        self.params = {k: (v.double() + mean[k]).to(v.dtype) for k, v in self.params.items()}
 
     def average(self, models: list[Params], weights: list[float],
                 current: Params | None) -> Params:
@@ -103,10 +144,12 @@ class FedAvgClient(Client):
 
 
 FEDAVG = register(Algorithm(
-    "fedavg", FedAvgServer, FedAvgClient, FedAvgOptions,
+    "fedavg", FedAvgServer, FedAvgClient, FedAvgOwnOptions,
     family="averaging",
+    levels=ANY_LEVEL,
     tasks=ANY_TASK,
     paper="McMahan et al., AISTATS 2017 (FedAvg)",
     batched=True,
     sparse_features=True,
+    server_inputs=server_inputs,
     description="sample-size weighted parameter averaging"))

@@ -18,7 +18,7 @@ from pydantic import Field
 from torch import Tensor
 
 from graphfed.algorithms.averaging.fedavg import FedAvgClient, FedAvgOptions, FedAvgServer
-from graphfed.algorithms.registry import ANY_TASK, Algorithm, register
+from graphfed.algorithms.registry import ANY_LEVEL, ANY_TASK, Algorithm, register
 from graphfed.messages import Message, ScalarRange, ScalarSpec, TensorSpec
 from graphfed.protocol import ClientContext
 from graphfed.tensors import Params
@@ -102,6 +102,7 @@ class FedProxClient(FedAvgClient):
 FEDPROX = register(Algorithm(
     "fedprox", FedProxServer, FedProxClient, FedProxOptions,
     family="averaging",
+    levels=ANY_LEVEL,
     tasks=ANY_TASK,
     paper="Li et al., MLSys 2020 (FedProx)",
     batched=True,

@@ -26,6 +26,12 @@ Where the code and the paper differ:
 * OpenFGL's node-level version contrasts every node of the client's subgraph, not only the
   training nodes the loss is taken on (``contrast=all``).
 
+At the edge level (link prediction, our adaptation) a sample is a scored node pair, and R the
+input of the link predictor's output layer: with the ``inner`` decoder (no parameters) the
+encoder's last layer, so every node's hidden representation is contrasted; with
+``hadamard_mlp`` the decoder, so each scored pair's z_u ⊙ z_v (that epoch's training edges and
+negatives).
+
 Bytes: exactly FedAvg's; the previous model stays in the client's state.
 """
 
@@ -39,13 +45,20 @@ from pydantic import Field
 from torch import Tensor
 
 from graphfed.algorithms.averaging.fedavg import FedAvgClient, FedAvgOptions, FedAvgServer
-from graphfed.algorithms.registry import ANY_TASK, Algorithm, Check, RunView, register
+from graphfed.algorithms.registry import (
+    ANY_LEVEL,
+    ANY_TASK,
+    Algorithm,
+    Check,
+    RunView,
+    register,
+)
 from graphfed.mechanisms.representation import RepresentationTap
 from graphfed.messages import Message
 from graphfed.protocol import ClientContext
 from graphfed.tensors import Params
 from graphfed.training import Trainer
-from graphfed.training.batches import GraphBatch, NodeBatch
+from graphfed.training.batches import AnyBatch, EdgeBatch, GraphBatch, NodeBatch
 from graphfed.training.step import LocalStep
 
 PREVIOUS = "moon_previous"  # the client's model after its last local training (w_i^{t-1})
@@ -84,14 +97,14 @@ class ModelContrast:
         self.trainer, self.tap = trainer, tap
         self.frozen = (global_params, previous)
         self.options = options
-        self.batch: NodeBatch | GraphBatch | None = None
-        self.inputs: tuple[Tensor, Tensor] | None = None  # the batch inputs last represented
+        self.batch: AnyBatch | None = None
+        self.inputs: tuple[Tensor, ...] | None = None  # the batch inputs last represented
         self.frozen_representations: list[Tensor] = []
         self.z_glob = self.z_prev = torch.empty(0)
 
     def rows(self, representation: Tensor) -> Tensor:
         """The rows contrasted: a node batch's training nodes (all nodes with ``contrast=all``),
-        a graph batch's graphs."""
+        a graph batch's graphs, what an edge batch's output layer reads (nodes or pairs)."""
         batch = self.batch
         if isinstance(batch, NodeBatch) and self.options.contrast == "batch":
             return F.embedding(batch.index, representation)  # x[index]'s deterministic form
@@ -101,15 +114,17 @@ class ModelContrast:
     def targets(self, live: Params, batch: object) -> None:
         """The frozen models' representations of ``batch``'s rows, computed once for as long
         as the batches share their inputs (full-batch training: once per fit)."""
-        assert isinstance(batch, NodeBatch | GraphBatch)  # what the trainer's batches are
+        assert isinstance(batch, NodeBatch | GraphBatch | EdgeBatch)  # the trainer's batches
         self.batch = batch
-        inputs = (batch.x, batch.edge_index)
+        # an edge batch's pairs change every epoch (fresh negatives), and with them its rows
+        pairs = (batch.pairs,) if isinstance(batch, EdgeBatch) else ()
+        inputs = (batch.x, batch.edge_index, *pairs)
         if self.inputs is None or any(a is not b for a, b in zip(inputs, self.inputs,
                                                                   strict=True)):
             self.inputs, self.frozen_representations = inputs, self.represent(batch)
         self.z_glob, self.z_prev = (self.rows(h) for h in self.frozen_representations)
 
-    def represent(self, batch: NodeBatch | GraphBatch) -> list[Tensor]:
+    def represent(self, batch: AnyBatch) -> list[Tensor]:
         """The global and previous models' representations of ``batch``, in evaluation
         mode."""
         model = self.trainer.model
@@ -158,8 +173,10 @@ def needs_hidden_representation(method: str) -> Check:
     output layer reads the input features (SGC, a one-layer model) has none to train."""
     def check(run: RunView) -> None:
         model = run.model
-        if run.level == "node" and (model.name == "sgc"
-                                    or (model.layers < 2 and model.name != "mlp_sage")):
+        # at the edge level an MLP decoder is the output layer, reading pairs, not features
+        node_outputs = run.level == "node" or (run.level == "edge" and model.decoder == "inner")
+        if node_outputs and (model.name == "sgc"
+                             or (model.layers < 2 and model.name != "mlp_sage")):
             raise ValueError(f"{method} contrasts the hidden representation a model's output "
                              f"layer reads; model {model.name} with {model.layers} layer(s) "
                              "has none (use model.layers >= 2, not sgc)")
@@ -171,7 +188,7 @@ MOON = register(Algorithm(
     family="averaging",
     tasks=ANY_TASK,
     paper="Li et al., CVPR 2021 (MOON)",
-    levels=("node", "graph"),
+    levels=ANY_LEVEL,
     check=needs_hidden_representation("moon"),
     description="FedAvg with a model-contrastive loss pulling each local representation "
                 "towards the global model's and away from the previous local model's"))

@@ -44,7 +44,7 @@ from pydantic import Field
 
 from graphfed.algorithms.averaging.fedavg import FedAvgClient, FedAvgOptions, FedAvgServer
 from graphfed.algorithms.averaging.local_sgd import LocalOptimizer, local_optimizer
-from graphfed.algorithms.registry import ANY_TASK, Algorithm, register
+from graphfed.algorithms.registry import ANY_LEVEL, ANY_TASK, Algorithm, register
 from graphfed.mechanisms.aggregation import global_step
 from graphfed.mechanisms.qffl import qffl_weights_and_step, squared_distance
 from graphfed.messages import LOSS, Message, ScalarSpec, TensorSpec
@@ -133,6 +133,7 @@ class QFedAvgClient(FedAvgClient):
 QFEDAVG = register(Algorithm(
     "qfedavg", QFedAvgServer, QFedAvgClient, QFedAvgOptions,
     family="averaging",
+    levels=ANY_LEVEL,
     tasks=ANY_TASK,
     paper="Li et al., ICLR 2020 (q-FFL / q-FedAvg)",
     batched=True,

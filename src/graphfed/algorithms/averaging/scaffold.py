@@ -52,7 +52,7 @@ from pydantic import Field, model_validator
 
 from graphfed.algorithms.averaging.fedavg import FedAvgClient, FedAvgOptions, FedAvgServer
 from graphfed.algorithms.averaging.local_sgd import LocalOptimizer, local_optimizer
-from graphfed.algorithms.registry import ANY_TASK, Algorithm, register
+from graphfed.algorithms.registry import ANY_LEVEL, ANY_TASK, Algorithm, register
 from graphfed.mechanisms.aggregation import global_step
 from graphfed.mechanisms.control_variates import add, control_delta, correction
 from graphfed.mechanisms.updates import under_prefix, with_prefix
@@ -185,6 +185,7 @@ class ScaffoldClient(FedAvgClient):
 SCAFFOLD = register(Algorithm(
     "scaffold", ScaffoldServer, ScaffoldClient, ScaffoldOptions,
     family="averaging",
+    levels=ANY_LEVEL,
     tasks=ANY_TASK,
     paper="Karimireddy et al., ICML 2020 (SCAFFOLD)",
     batched=True,

@@ -168,7 +168,7 @@ GCFL = register(Algorithm(
     family="clustered",
     tasks=ANY_TASK,
     paper="Xie et al., NeurIPS 2021 (GCFL)",
-    levels=("graph", "node"),
+    levels=("graph", "node", "edge"),
     check=check_scope,
     sparse_features=True,
     modes={"all": ("gcfl.shared_params=all",), "node": AT_NODE_LEVEL},

@@ -58,7 +58,7 @@ class FedSprayClient(PersonalClient):
         if self.options.gnn_init == "uniform01":
             ctx.state["params"] = {k: torch.rand_like(v)
                                    for k, v in self.setup.initial_params.items()}
-        ratios = proxies.class_ratios(ctx.data.labels("train"), self.setup.num_classes)
+        ratios = proxies.class_ratios(ctx.node_data().labels("train"), self.setup.num_classes)
         return Message({CLASS_RATIOS: ratios.float().cpu()},
                        {NUM_FEATURES: int(ctx.node_data().graph.x.shape[1])})
 
@@ -79,7 +79,7 @@ class FedSprayClient(PersonalClient):
         trained, node_proxies = self.train_encoder(message, ctx, omega, x_train, y_hat)
         up = dict(trained)
         if not o.zero_proxies:
-            up[PROXIES] = proxies.class_means(node_proxies, ctx.data.labels("train"),
+            up[PROXIES] = proxies.class_means(node_proxies, ctx.node_data().labels("train"),
                                               self.setup.num_classes).cpu()
         return self.reply(up, ctx, stats)
 
@@ -174,7 +174,7 @@ class FedSprayClient(PersonalClient):
     def labelled_proxies(self, ctx: ClientContext, class_proxies: Tensor) -> Tensor:
         """The labelled nodes' proxies at the start of a round: their class's global proxy
         (paper) or their own, kept across rounds from ``node_proxy_init`` (code)."""
-        labels = ctx.data.labels("train")
+        labels = ctx.node_data().labels("train")
         if self.options.labeled_proxy_mode == "global_class":
             return class_proxies[labels]
         if NODE_PROXIES not in ctx.state:

@@ -25,6 +25,7 @@ steps 10-11: ``FGFLServer.after_aggregate``).
 
 from __future__ import annotations
 
+from graphfed.algorithms.averaging.leave_one_out import server_inputs
 from graphfed.algorithms.fgfl.client import FGFLClient
 from graphfed.algorithms.fgfl.options import FGFLOptions, check_fgfl
 from graphfed.algorithms.fgfl.server import FGFLServer
@@ -38,4 +39,5 @@ FGFL = register(Algorithm(
     description="FGFL: valued agents, sparsified rewards, payoffs and motif prototypes "
                 "(node level: without motifs)",
     check=check_fgfl,
+    server_inputs=server_inputs,
     modes={"node": AT_NODE_LEVEL}))

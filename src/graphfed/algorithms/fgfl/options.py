@@ -7,6 +7,7 @@ from typing import Literal, cast
 
 from pydantic import Field
 
+from graphfed.algorithms.averaging.leave_one_out import LeaveOneOutOptions
 from graphfed.algorithms.registry import RunView
 from graphfed.algorithms.rewards.base import RewardOptions
 from graphfed.data.motifs import TfidfOne
@@ -22,7 +23,7 @@ NO_NODE_MOTIFS = ("where motifs, which both need, have no definition (FairGFL's 
                   "baseline drops them, spec fairgfl.md §7.5 F9); true is refused there")
 
 
-class FGFLOptions(RewardOptions):
+class FGFLOptions(LeaveOneOutOptions, RewardOptions):
     alpha1: float = Field(0.05, ge=0.0, description="weight of this round in the value update")
     alpha2: float = Field(1.0, ge=0.0, description="weight of diversity relative to alignment")
     proto_weight: float = Field(0.1, ge=0.0, description="lambda of the prototype regulariser")

@@ -3,12 +3,14 @@ value-weighted prototype aggregate (Eq. 12) on top of the gradient-reward round.
 
 from __future__ import annotations
 
+import copy
 import logging
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from graphfed.algorithms.averaging.leave_one_out import RECORD, ContributionProbe, GlobalTest
 from graphfed.algorithms.fgfl.options import FGFLOptions, motif_term
 from graphfed.algorithms.rewards.base import RewardServer
 from graphfed.data.motifs import KEY_WIDTH, decode_keys
@@ -17,6 +19,7 @@ from graphfed.mechanisms.sparse_rewards import value_weights
 from graphfed.messages import Message, MessageError, ScalarSpec, TensorSpec
 from graphfed.metrics import pearson
 from graphfed.protocol import Setup
+from graphfed.tensors import Params
 
 log = logging.getLogger("graphfed.fgfl")
 
@@ -26,8 +29,9 @@ class FGFLServer(RewardServer):
     state_keys = (*RewardServer.state_keys, "codes", "diversity", "prototypes", "proto_rep",
                   "value_sum", "value_rounds", "payoff_total")
 
-    def __init__(self, setup: Setup) -> None:
+    def __init__(self, setup: Setup, global_test: GlobalTest | None = None) -> None:
         super().__init__(setup)
+        self.probe = ContributionProbe.of(setup, global_test)
         self.use_diversity = motif_term(self.options.use_diversity, setup.level)
         self.use_prototypes = motif_term(self.options.use_prototypes, setup.level)
         n = setup.num_clients
@@ -118,6 +122,29 @@ class FGFLServer(RewardServer):
             spec["prototypes"] = ((len(self.codes[client]), self.prototypes.shape[1]),
                                   torch.float32)
         return spec, scalars
+
+    # ------------------------------------------------------------ the round
+    def aggregate_fit(self, rnd: int, replies: dict[int, Message]) -> None:
+        """The round; with ``leave_one_out``, first the same round without each agent in turn
+        (``_rerun``), scored against the round's own global model."""
+        if self.probe is None:
+            super().aggregate_fit(rnd, replies)
+            return
+        clients = sorted(replies)
+        without = self.probe.leave_out(
+            clients, lambda rest: self._rerun(rnd, {c: replies[c] for c in rest}))
+        super().aggregate_fit(rnd, replies)
+        self.last[RECORD] = self.probe.record(clients, without, self.params)
+
+    def _rerun(self, rnd: int, replies: dict[int, Message]) -> Params:
+        """The global model this round's aggregation makes of ``replies`` alone: Eq. 13's
+        value weights renormalised over them, from the round's starting values and model; the
+        server's state (``state_keys``) is restored after it."""
+        saved = copy.deepcopy(self.state_dict())
+        super().aggregate_fit(rnd, replies)
+        params = self.params
+        self.load_state_dict(saved)
+        return params
 
     # ------------------------------------------------------------ valuation
     def aggregation_weights(self, clients: list[int]) -> Tensor:

@@ -41,13 +41,13 @@ from torch import Tensor
 
 from graphfed.algorithms.averaging.fedavg import FedAvgOptions, FedAvgServer
 from graphfed.algorithms.personalized.base import PersonalClient
-from graphfed.algorithms.registry import ANY_TASK, Algorithm, register
+from graphfed.algorithms.registry import ANY_LEVEL, ANY_TASK, Algorithm, register
 from graphfed.messages import Message
 from graphfed.protocol import ClientContext
 from graphfed.regression import mean_loss
 from graphfed.tensors import Params
 from graphfed.training import Trainer
-from graphfed.training.batches import GraphBatch, NodeBatch
+from graphfed.training.batches import AnyBatch
 
 ALPHA = "apfl_alpha"  # the client's α_i in ctx.state (v is ctx.state["params"])
 LOCAL_W = "apfl_w"  # the client's last trained w, kept with deploy_with=local
@@ -96,7 +96,7 @@ def projected_alpha_step(alpha: float, gradient: float, lr: float, l2: float) ->
     return min(1.0, max(0.0, alpha - lr * (gradient + l2 * alpha)))
 
 
-def loss_gradient(trainer: Trainer, params: Params, batch: NodeBatch | GraphBatch) -> Params:
+def loss_gradient(trainer: Trainer, params: Params, batch: AnyBatch) -> Params:
     """∇ of the batch's cross-entropy at ``params`` (zero for a parameter it does not use)."""
     leaf = {k: t.detach().requires_grad_(True) for k, t in params.items()}
     loss = mean_loss(trainer.forward(leaf, batch), batch.targets)
@@ -126,7 +126,7 @@ class PersonalStep:
         device = self.trainer.device
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             gradient = loss_gradient(self.trainer, mixture(self.alpha, v, w),
-                                     cast("NodeBatch | GraphBatch", batch))
+                                     cast("AnyBatch", batch))
         for k, t in self.v.items():
             t.grad = self.alpha * gradient[k]
         if self.alpha_lr is not None:
@@ -177,7 +177,7 @@ APFL = register(Algorithm(
     family="personalized",
     tasks=ANY_TASK,
     paper="Deng et al., arXiv 2003.13461, 2020 (APFL)",
-    levels=("node", "graph"),
+    levels=ANY_LEVEL,
     sparse_features=True,
     description="adaptive personalisation: each client deploys αv + (1−α)w of its local "
                 "model v and the averaged model w, learning α"))

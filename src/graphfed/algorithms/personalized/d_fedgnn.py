@@ -27,7 +27,7 @@ from pydantic import Field
 from torch import Tensor
 
 from graphfed.algorithms.personalized.base import PersonalClient
-from graphfed.algorithms.registry import ANY_TASK, Algorithm, register
+from graphfed.algorithms.registry import ANY_LEVEL, ANY_TASK, Algorithm, register
 from graphfed.mechanisms.updates import under_prefix, with_prefix
 from graphfed.messages import Message, ScalarSpec, TensorSpec, fit_scalars, spec_of
 from graphfed.protocol import AlgorithmOptions, ClientContext, Server, Setup
@@ -102,6 +102,7 @@ class DFedGNNClient(PersonalClient):
 DFEDGNN = register(Algorithm(
     "d-fedgnn", DFedGNNServer, DFedGNNClient, DFedGNNOptions,
     family="personalized",
+    levels=ANY_LEVEL,
     tasks=ANY_TASK,
     paper="Pei et al., IJCAI 2021 FTL workshop (D-FedGNN)",
     aliases=("dfedgnn",),

@@ -30,7 +30,7 @@ from pydantic import Field
 
 from graphfed.algorithms.averaging.fedavg import FedAvgOptions, FedAvgServer
 from graphfed.algorithms.personalized.base import PersonalClient
-from graphfed.algorithms.registry import ANY_TASK, Algorithm, register
+from graphfed.algorithms.registry import ANY_LEVEL, ANY_TASK, Algorithm, register
 from graphfed.messages import Message
 from graphfed.protocol import ClientContext, Server
 from graphfed.tensors import Params
@@ -86,7 +86,7 @@ DITTO = register(Algorithm(
     family="personalized",
     tasks=ANY_TASK,
     paper="Li et al., ICML 2021 (Ditto)",
-    levels=("node", "graph"),
+    levels=ANY_LEVEL,
     sparse_features=True,
     modes={"persistent": ("optimizer.persistent=true",)},
     description="FedAvg plus a personal model per client, pulled towards the global one "

@@ -48,14 +48,14 @@ from pydantic import Field
 
 from graphfed.algorithms.averaging.fedavg import FedAvgOptions, FedAvgServer
 from graphfed.algorithms.personalized.base import PersonalClient
-from graphfed.algorithms.registry import ANY_TASK, Algorithm, register
+from graphfed.algorithms.registry import ANY_LEVEL, ANY_TASK, Algorithm, register
 from graphfed.mechanisms.layers import top_layers
 from graphfed.messages import Message
 from graphfed.protocol import ClientContext, Server, Setup
 from graphfed.regression import mean_loss
 from graphfed.tensors import Params
 from graphfed.training import PreparedClient, Trainer
-from graphfed.training.batches import GraphBatch, NodeBatch, PreparedNodeClient
+from graphfed.training.batches import AnyBatch, PreparedEdgeClient, PreparedNodeClient
 
 WEIGHTS = "fedala_weights"  # the client's W_i (top-layer tensors), kept across rounds
 
@@ -93,7 +93,7 @@ def weight_step(weights: Params, gradient: Params, local: Params, glob: Params, 
 
 
 def sample_batches(data: PreparedClient, percent: float, batch_size: int | None
-                   ) -> list[NodeBatch | GraphBatch]:
+                   ) -> list[AnyBatch]:
     """The training samples ALA learns on: a contiguous run of ``percent``% of them starting
     at a random place (Python's RNG, as the code draws it), in full batches (or one)."""
     n = data.num_samples("train")
@@ -107,6 +107,8 @@ def sample_batches(data: PreparedClient, percent: float, batch_size: int | None
     if isinstance(data, PreparedNodeClient):
         index = data.index["train"]
         return [data.batch_of(index[c.to(index.device)]) for c in chunks]
+    if isinstance(data, PreparedEdgeClient):  # its training edges, with fresh negatives
+        return [data.batch_of("train", c.to(data.train_edges.device)) for c in chunks]
     graphs = data.splits["train"]
     return [graphs.take(c.to(graphs.batch.device)) for c in chunks]
 
@@ -121,7 +123,7 @@ class AdaptiveLocalAggregation:
         self.glob = {k: v.detach() for k, v in glob.items()}
         self.weights = weights
 
-    def gradient(self, batch: NodeBatch | GraphBatch) -> tuple[Params, float]:
+    def gradient(self, batch: AnyBatch) -> tuple[Params, float]:
         """∇_θ̂ L on the weighted tensors at the current θ̂, and the batch loss."""
         params = aggregate(self.local, self.glob, self.weights)
         leaves = {k: params[k].requires_grad_(True) for k in self.weights}
@@ -130,7 +132,7 @@ class AdaptiveLocalAggregation:
         return ({k: torch.zeros_like(t) if g is None else g
                  for (k, t), g in zip(leaves.items(), grads, strict=True)}, float(loss.detach()))
 
-    def learn(self, batches: list[NodeBatch | GraphBatch], converge: bool) -> list[float]:
+    def learn(self, batches: list[AnyBatch], converge: bool) -> list[float]:
         """Weight-learning epochs, each one's last batch loss returned: one epoch, or with
         ``converge`` until the losses settle (or ``start_max_epochs``). Dropout on, on a
         fork of the random state."""
@@ -198,7 +200,7 @@ FEDALA = register(Algorithm(
     family="personalized",
     tasks=ANY_TASK,
     paper="Zhang et al., AAAI 2023 (FedALA)",
-    levels=("node", "graph"),
+    levels=ANY_LEVEL,
     sparse_features=True,
     description="FedAvg whose clients initialise each round by adaptive local aggregation: "
                 "learned element-wise weights in [0, 1] mix the global model into the local "

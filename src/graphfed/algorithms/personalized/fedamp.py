@@ -140,7 +140,7 @@ FEDAMP = register(Algorithm(
     family="personalized",
     tasks=ANY_TASK,
     paper="Huang et al., AAAI 2021 (FedAMP)",
-    levels=("graph", "node"),
+    levels=("graph", "node", "edge"),
     batched=True,
     description="attentive message passing: per-client cloud models weighted by model "
                 "similarity, proximal pull towards them"))

@@ -24,7 +24,7 @@ from pydantic import Field
 
 from graphfed.algorithms.averaging.fedavg import FedAvgOptions, FedAvgServer
 from graphfed.algorithms.personalized.base import PersonalClient
-from graphfed.algorithms.registry import ANY_TASK, Algorithm, register
+from graphfed.algorithms.registry import ANY_LEVEL, ANY_TASK, Algorithm, register
 from graphfed.mechanisms.layers import top_layers
 from graphfed.messages import Message
 from graphfed.protocol import ClientContext, Setup
@@ -85,7 +85,7 @@ FEDPER = register(Algorithm(
     family="personalized",
     tasks=ANY_TASK,
     paper="Arivazhagan et al., arXiv 1912.00818, 2019 (FedPer)",
-    levels=("node", "graph"),
+    levels=ANY_LEVEL,
     batched=True,
     sparse_features=True,
     description="FedAvg of the base layers; each client keeps its own top (personalisation) "

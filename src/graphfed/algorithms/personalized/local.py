@@ -5,7 +5,7 @@ The reference for "does federation help"; every client starts from the same init
 
 from __future__ import annotations
 
-from graphfed.algorithms.registry import ANY_TASK, Algorithm, register
+from graphfed.algorithms.registry import ANY_LEVEL, ANY_TASK, Algorithm, register
 from graphfed.messages import Message, ScalarSpec, TensorSpec
 from graphfed.protocol import AlgorithmOptions, Client, ClientContext, Server
 from graphfed.tensors import Params
@@ -50,6 +50,7 @@ class LocalClient(Client):
 LOCAL = register(Algorithm(
     "local", LocalServer, LocalClient, LocalOptions,
     family="personalized",
+    levels=ANY_LEVEL,
     tasks=ANY_TASK,
     paper="baseline: no federation (self-train)",
     aliases=("self-train",),

@@ -152,6 +152,6 @@ PFEDGRAPH = register(Algorithm(
     family="personalized",
     tasks=ANY_TASK,
     paper="Ye et al., ICML 2023 (pFedGraph)",
-    levels=("graph", "node"),
+    levels=("graph", "node", "edge"),
     description="per-client aggregation by a collaboration graph inferred from update cosines "
                 "(simplex QP) with a cosine regulariser"))

@@ -9,9 +9,11 @@ from graphfed.data.partition.options import (
     PartitionOptions,
     check_flip_length,
     check_partition_level,
+    check_partition_task,
     parse_partition,
 )
 from graphfed.data.partition.ratio_options import LouvainPartition
 
 __all__ = ["PARTITIONS", "LouvainPartition", "PartitionBase", "PartitionOptions",
-           "RatioPartition", "check_flip_length", "check_partition_level", "parse_partition"]
+           "RatioPartition", "check_flip_length", "check_partition_level", "check_partition_task",
+           "parse_partition"]

@@ -24,7 +24,10 @@ from torch_geometric.data import Data
 
 from graphfed.data.partition.plan import TEST, TRAIN, UNSPLIT, VAL, SplitPlan
 from graphfed.errors import GraphfedError
+from graphfed.regression import TASKS
 from graphfed.validation import OPTIONS, Seed
+
+CLASSES: tuple[str, ...] = ("classification",)  # the ``tasks`` of a kind that reads classes
 
 
 def _split_sums_to_one(v: tuple[float, float, float]) -> tuple[float, float, float]:
@@ -43,6 +46,9 @@ class PartitionBase(BaseModel):
 
     model_config = OPTIONS
     levels: ClassVar[tuple[str, ...]] = ("node", "graph")
+    # the targets it can split (``graphfed.regression``): a kind that deals, stratifies or skews
+    # by class labels is for classification only; one that never reads a target, for any
+    tasks: ClassVar[tuple[str, ...]] = TASKS
     own_global_test: ClassVar[str | None] = None  # where a plan takes its global test from
     no_global_test: ClassVar[str | None] = None  # why a plan keeps no global test at all
 

@@ -64,6 +64,17 @@ def check_partition_level(options: PartitionBase, level: str) -> None:
         raise GraphfedError("partition.edge_flip applies to graph-level datasets only")
 
 
+def check_partition_task(options: PartitionBase, level: str, task: str, dataset: str) -> None:
+    """Refuse, in one line naming those that can, a partition that reads class labels on a
+    dataset whose targets are not classes (a regression target is one real value)."""
+    if task in options.tasks:
+        return
+    valid = [n for n, c in PARTITIONS.items() if level in c.levels and task in c.tasks]
+    raise GraphfedError(
+        f"partition '{options.name}' deals by class labels, but dataset '{dataset}' is a {task} "
+        f"task; {level}-level partitions for {task}: {', '.join(valid)}")
+
+
 def check_flip_length(options: PartitionBase, num_clients: int) -> None:
     if isinstance(options.edge_flip, list) and len(options.edge_flip) != num_clients:
         raise GraphfedError(

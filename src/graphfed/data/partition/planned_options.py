@@ -12,7 +12,7 @@ import numpy as np
 from pydantic import BaseModel, Field, model_validator
 
 from graphfed.data.datasets import molecule_smiles
-from graphfed.data.partition.base import PartitionBase, SplitRatios
+from graphfed.data.partition.base import CLASSES, PartitionBase, SplitRatios
 from graphfed.data.partition.fedego import label_skew_plan, louvain_plan
 from graphfed.data.partition.fedspray import (
     default_folder,
@@ -63,6 +63,7 @@ class _GPFLFolds(PartitionBase):
     ``fold`` is the test set; no validation set and no global test set, as in the code."""
 
     levels: ClassVar[tuple[str, ...]] = ("graph",)
+    tasks: ClassVar[tuple[str, ...]] = CLASSES  # class priors, stratified folds
     folds: int = Field(5, ge=2, description="stratified folds per client")
     fold: int = Field(0, ge=0, description="the fold each client tests on (0 .. folds-1)")
 
@@ -109,6 +110,7 @@ class FedEgoLabelPartition(PartitionBase):
     for Cora/CiteSeer), ``test_num`` the local test nodes per client."""
 
     levels: ClassVar[tuple[str, ...]] = ("node",)
+    tasks: ClassVar[tuple[str, ...]] = CLASSES
     name: Literal["fedego_label"] = "fedego_label"
     global_test: float = Field(0.3, ge=0.0, lt=1.0)
     client_size: float = Field(0.5, gt=0.0, le=1.0, description="nodes per client / all nodes")
@@ -195,6 +197,7 @@ class FairGFLOverlapPartition(PartitionBase):
     coefficient (spec §4, §7.5 F5); public_fraction 5 % (§7.5 F14)."""
 
     levels: ClassVar[tuple[str, ...]] = ("node",)
+    tasks: ClassVar[tuple[str, ...]] = CLASSES
     own_global_test: ClassVar[str | None] = (
         "fairgfl_overlap holds out partition.test_fraction as the global test set")
     name: Literal["fairgfl_overlap"] = "fairgfl_overlap"

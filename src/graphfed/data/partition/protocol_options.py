@@ -12,7 +12,7 @@ import torch
 from pydantic import Field
 from torch_geometric.data import Data
 
-from graphfed.data.partition.base import PublishedSplitOption, SplitRatios
+from graphfed.data.partition.base import CLASSES, PublishedSplitOption, SplitRatios
 from graphfed.data.partition.fedpub import fedpub_plan
 from graphfed.data.partition.node import metis_split
 from graphfed.data.partition.openfgl import DELTA, default_split, louvain_clients, openfgl_plan
@@ -24,6 +24,7 @@ class _OpenFGLPartition(PublishedSplitOption):
     split class by class with OpenFGL's shares; no global test set."""
 
     levels: ClassVar[tuple[str, ...]] = ("node",)
+    tasks: ClassVar[tuple[str, ...]] = CLASSES
     no_global_test: ClassVar[str | None] = (
         "OpenFGL's protocol has no global test set (each client is scored on its own nodes)")
     split: SplitRatios | None = Field(

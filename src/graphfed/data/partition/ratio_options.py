@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from graphfed.data.partition.base import RatioPartition
+from graphfed.data.partition.base import CLASSES, RatioPartition
 from graphfed.data.partition.graph import gcfl_chunk_split
 from graphfed.data.partition.label_skew import dirichlet_split, uniform_split
 from graphfed.data.partition.node import louvain_split, major_labels_split, metis_split
@@ -41,6 +41,7 @@ class MetisPartition(RatioPartition):
 
 class MajorLabelsPartition(RatioPartition):
     levels: ClassVar[tuple[str, ...]] = ("node",)
+    tasks: ClassVar[tuple[str, ...]] = CLASSES
     name: Literal["major_labels"] = "major_labels"
     labels: int = Field(3, ge=1, description="major labels per client")
     major_fraction: float = Field(0.8, ge=0.0, le=1.0)
