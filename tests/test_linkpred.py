@@ -10,6 +10,7 @@ import json
 import numpy as np
 import pytest
 import torch
+import yaml
 from sklearn.metrics import average_precision_score, roc_auc_score
 from typer.testing import CliRunner
 
@@ -246,3 +247,32 @@ def test_the_loopback_federation_gives_the_in_process_link_numbers(edge_federati
     from tests.test_flower_deployment import assert_deployment_matches_in_process
 
     assert_deployment_matches_in_process(edge_federation, edge_federation.config, tmp_path)
+
+
+def test_the_linkpred_preset_reports_each_seed_at_its_best_validation_auc_round(tmp_path):
+    """``linkpred-standard``: every method that declares the edge level (FedAvg, FedProx, Local
+    first) beside a centralised row of one client, and each number read at the evaluated round
+    of highest client-mean validation AUC."""
+    from graphfed.reproduce import get_preset, reproduce
+    from graphfed.reproduce.selection import evaluated, selected_round
+
+    preset = get_preset("linkpred-standard")
+    methods = [v.method for v in preset.variants]
+    assert set(methods) == {n for n, a in load_all().items() if "edge" in a.levels} | {
+        "centralised"}
+    assert methods[1:4] == ["fedavg", "fedprox", "local"] and not preset.paper
+    out, rows, skipped = reproduce("linkpred-standard", methods=["centralised", "fedavg"],
+                                   datasets=["Cora"], settings=["partition=louvain"], seeds=1,
+                                   quick=True, overrides=("rounds=4", "eval_every=2"),
+                                   out=tmp_path / "r", progress=False)
+    assert not skipped
+    run = out / "runs" / "fedavg-Cora_partition=louvain"
+    rounds = evaluated([json.loads(x) for x in
+                        (run / "seed-0" / "metrics.jsonl").read_text().splitlines()])
+    best = selected_round("max_val_auc", rounds, "test_auc_pooled")
+    assert best["val_auc"] == max(r["val_auc"] for r in rounds)
+    fedavg = next(r for r in rows if r["method"] == "fedavg" and r["metric"] == "pooled_auc")
+    assert fedavg["ours_mean"] == pytest.approx(best["test_auc_pooled"])
+    central = yaml.safe_load((out / "runs" / "centralised-Cora_partition=louvain"
+                              / "config.yaml").read_text())
+    assert central["num_clients"] == 1 and central["level"] == "edge"

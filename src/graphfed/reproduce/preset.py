@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
 
+from graphfed.algorithms.registry import load_all
 from graphfed.errors import GraphfedError
 
 # a published table's columns: those of a reproduction's table.csv that the paper fills
@@ -62,6 +63,14 @@ class Preset:
     # what the whole preset costs, where a results page measured or estimated it (shown as a
     # reproduction starts)
     cost: str = ""
+
+
+def declared_methods(level: str, task: str, first: tuple[str, ...]) -> list[str]:
+    """Every registered algorithm that declares ``level`` and ``task`` (``Algorithm.levels``,
+    ``Algorithm.tasks``): those of ``first`` in its order, then the rest by name."""
+    able = sorted(name for name, a in load_all().items()
+                  if level in a.levels and task in a.tasks)
+    return [*(m for m in first if m in able), *(m for m in able if m not in first)]
 
 
 REGISTRY: dict[str, Preset] = {}

@@ -21,8 +21,7 @@ centralised number of a partition is the same for K = 4 and 8.
 
 from __future__ import annotations
 
-from graphfed.algorithms.registry import load_all
-from graphfed.reproduce.preset import Preset, Variant, register
+from graphfed.reproduce.preset import Preset, Variant, declared_methods, register
 from graphfed.reproduce.score import RoundValue, register_metrics
 from graphfed.reproduce.settings import SEPARATOR, parse_label
 
@@ -44,14 +43,6 @@ PROTOCOL = ["model.name=gin", "model.hidden=64", "model.layers=3", "model.dropou
 QUICK = ["rounds=10"]
 FIRST = ("fedavg", "fedprox", "local")
 CENTRALISED = Variant("centralised", "local", ("num_clients=1",))
-
-
-def regression_methods() -> list[str]:
-    """Every algorithm that declares graph-level regression: ``FIRST``, then the rest by
-    name."""
-    able = sorted(name for name, a in load_all().items()
-                  if "graph" in a.levels and "regression" in a.tasks)
-    return [*(m for m in FIRST if m in able), *(m for m in able if m not in FIRST)]
 
 
 def shown(label: str) -> str:
@@ -80,7 +71,8 @@ STANDARD = register(Preset(
                 "(K = 4, 8): pooled test RMSE and MAE of every method that declares "
                 "regression, beside a centralised and a Local row (graphfed's own table, no "
                 "paper numbers)",
-    variants=[CENTRALISED, *(Variant(m, m) for m in regression_methods())],
+    variants=[CENTRALISED, *(Variant(m, m) for m in declared_methods("graph", "regression",
+                                                                      FIRST))],
     datasets=[f"ESOL/partition={p}/K={k}" for k in CLIENTS for p in PARTITIONS],
     metrics=METRICS, base=PROTOCOL, seeds=3, quick=QUICK, quick_seeds=1,
     select="min_val_rmse", setting_keys=SETTING_KEYS, table_label=shown, notes=NOTES,
