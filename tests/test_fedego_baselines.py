@@ -20,8 +20,9 @@ from graphfed.config import load_config
 from graphfed.data.federated import NodeClient
 from graphfed.experiment import build_federation, run_experiment
 from graphfed.messages import Message
+from graphfed.models.by_level import build_model
 from graphfed.models.fedgcn import neighbour_mean
-from graphfed.models.gnn import ModelOptions, build_model
+from graphfed.models.gnn import ModelOptions
 from graphfed.protocol import ClientContext, Setup
 from graphfed.training.batches import NodeBatch, PreparedNodeClient
 from tests.conftest import require

@@ -9,7 +9,8 @@ from typer.testing import CliRunner
 from graphfed.cli import app
 from graphfed.errors import GraphfedError
 from graphfed.mechanisms.layers import layer_of, layers, top_layers
-from graphfed.models.gnn import ModelOptions, build_model
+from graphfed.models.by_level import build_model
+from graphfed.models.gnn import ModelOptions
 from tests.conftest import error_line, evaluated_after, require
 
 CORA = ["algorithm=fedper", "dataset=Cora", "partition=metis", "num_clients=3", "device=cpu",

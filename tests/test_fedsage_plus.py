@@ -24,7 +24,8 @@ from graphfed.algorithms.registry import get_algorithm
 from graphfed.config import load_config
 from graphfed.data.federated import NodeClient
 from graphfed.experiment import build_federation, run_experiment
-from graphfed.models.gnn import ModelOptions, build_model
+from graphfed.models.by_level import build_model
+from graphfed.models.gnn import ModelOptions
 from graphfed.protocol import ClientContext, ClientSize, Setup
 from graphfed.training.batches import PreparedNodeClient
 from tests.conftest import require

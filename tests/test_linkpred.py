@@ -30,7 +30,8 @@ from graphfed.data.edges import (
 from graphfed.data.federated import EdgeClient
 from graphfed.experiment import build_federation, run_experiment
 from graphfed.linkpred import hits_at, link_metrics, mean_reciprocal_rank
-from graphfed.models.gnn import ModelOptions, build_model
+from graphfed.models.by_level import build_model
+from graphfed.models.gnn import ModelOptions
 from graphfed.training.batches import PreparedEdgeClient
 from tests.conftest import error_line, require
 

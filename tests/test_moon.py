@@ -18,7 +18,8 @@ from graphfed.algorithms.averaging.moon import (
 from graphfed.cli import app
 from graphfed.mechanisms.representation import RepresentationTap, output_layer
 from graphfed.messages import Message
-from graphfed.models.gnn import ModelOptions, build_model
+from graphfed.models.by_level import build_model
+from graphfed.models.gnn import ModelOptions
 from tests.conftest import error_line, evaluated_after, require
 
 CORA = ["dataset=Cora", "partition=metis", "num_clients=3", "device=cpu", "engine=sequential"]

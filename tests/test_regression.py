@@ -26,7 +26,8 @@ from graphfed.data.partition.plan import TEST, TRAIN, VAL
 from graphfed.data.partition.regression import murcko_scaffold, quantile_bins, scaffold_plan
 from graphfed.errors import GraphfedError
 from graphfed.experiment import build_federation, run_experiment
-from graphfed.models.gnn import ModelOptions, build_model
+from graphfed.models.by_level import build_model
+from graphfed.models.gnn import ModelOptions
 from graphfed.regression import (
     TargetScale,
     many_regression_metrics,

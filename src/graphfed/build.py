@@ -30,7 +30,7 @@ from graphfed.data.federated import (
     materialize,
 )
 from graphfed.mechanisms.attacks import choose_attackers
-from graphfed.models.gnn import build_model
+from graphfed.models.by_level import build_model
 from graphfed.privacy.options import DPRun
 from graphfed.protocol import SERVER_DEVICE, Client, ClientContext, ClientSize, Server, Setup
 from graphfed.runtime.attack import AttackingClient

@@ -25,7 +25,7 @@ only, so every runtime and every process rebuilds the same one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -33,7 +33,7 @@ from pydantic import BaseModel, Field, model_validator
 from torch import Tensor
 from torch_geometric.data import Data
 
-from graphfed.data.federated import SPLITS, EdgeClient, FederatedData
+from graphfed.data.federated import SPLITS, EdgeClient, EdgeSplit, FederatedData
 from graphfed.errors import GraphfedError
 from graphfed.validation import OPTIONS
 
@@ -62,24 +62,6 @@ class EdgeOptions(BaseModel):
             raise ValueError(f"edges.val + edges.test = {self.val + self.test:g} leaves no "
                              "training edge; keep their sum below 1")
         return self
-
-
-@dataclass(frozen=True)
-class EdgeSplit:
-    """A client's supervision pairs, local node ids, each pair once with the smaller id first
-    (shape [2, n]): ``positive`` per split, ``negative`` for validation and test; and how many
-    negatives per training edge its training draws each epoch."""
-
-    positive: dict[str, Tensor]
-    negative: dict[str, Tensor]
-    train_negatives: float
-
-    def message_passing(self, split: str) -> Tensor:
-        """The edges (both directions) the encoder passes messages over when ``split`` is
-        predicted: the training edges, and for the test split the validation edges too."""
-        held = ("train", "val") if split == "test" else ("train",)
-        pairs = torch.cat([self.positive[s] for s in held], dim=1)
-        return torch.cat([pairs, pairs.flip(0)], dim=1)
 
 
 def pair_keys(pairs: Tensor, num_nodes: int) -> Tensor:

@@ -12,10 +12,11 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import numpy as np
 import torch
+from torch import Tensor
 from torch_geometric.data import Data
 from torch_geometric.utils import subgraph
 
@@ -32,9 +33,6 @@ from graphfed.data.partition.fedego import renumbered_graph
 from graphfed.data.partition.graph import flip_edges
 from graphfed.data.partition.plan import TRAIN, SplitPlan
 from graphfed.serialization import safe_load
-
-if TYPE_CHECKING:
-    from graphfed.data.edges import EdgeSplit
 
 SPLITS = ("train", "val", "test")
 ARTIFACT_VERSION = 1
@@ -57,6 +55,24 @@ class NodeClient:
 
     def labels(self, split: str) -> torch.Tensor:
         return self.graph.y[getattr(self.graph, f"{split}_mask")]
+
+
+@dataclass(frozen=True)
+class EdgeSplit:
+    """A client's supervision pairs, local node ids, each pair once with the smaller id first
+    (shape [2, n]): ``positive`` per split, ``negative`` for validation and test; and how many
+    negatives per training edge its training draws each epoch."""
+
+    positive: dict[str, Tensor]
+    negative: dict[str, Tensor]
+    train_negatives: float
+
+    def message_passing(self, split: str) -> Tensor:
+        """The edges (both directions) the encoder passes messages over when ``split`` is
+        predicted: the training edges, and for the test split the validation edges too."""
+        held = ("train", "val") if split == "test" else ("train",)
+        pairs = torch.cat([self.positive[s] for s in held], dim=1)
+        return torch.cat([pairs, pairs.flip(0)], dim=1)
 
 
 @dataclass

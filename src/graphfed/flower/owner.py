@@ -18,8 +18,13 @@ import torch
 
 from graphfed.build import federated_data
 from graphfed.config import ExperimentConfig
-from graphfed.data.edges import EdgeSplit
-from graphfed.data.federated import ClientData, EdgeClient, GraphClient, NodeClient
+from graphfed.data.federated import (
+    ClientData,
+    EdgeClient,
+    EdgeSplit,
+    GraphClient,
+    NodeClient,
+)
 from graphfed.errors import GraphfedError
 from graphfed.serialization import graph_classes, safe_load, write_private
 

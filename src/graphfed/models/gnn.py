@@ -274,16 +274,3 @@ class GraphClassifier(nn.Module):
         h = self.embed(x, edge_index, batch, num_graphs, edge_weight)
         out = self.readout(dropout(F.relu(self.post(h)), self.opts.dropout, self.training))
         return (out, h) if with_embedding else out
-
-
-def build_model(level: str, in_dim: int, num_classes: int, opts: ModelOptions) -> nn.Module:
-    """The network of a task level: a node or graph classifier, or at the edge level a link
-    predictor (which scores pairs, not classes)."""
-    if level == "edge":
-        from graphfed.models.link import LinkPredictor  # it extends this module's NodeStack
-
-        return LinkPredictor(in_dim, opts)
-    if level == "node" and opts.name == "mlp_sage":
-        return MlpSageClassifier(in_dim, num_classes, opts)
-    cls = NodeClassifier if level == "node" else GraphClassifier
-    return cls(in_dim, num_classes, opts)

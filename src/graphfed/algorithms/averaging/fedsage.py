@@ -8,7 +8,8 @@ from torch import nn
 
 from graphfed.algorithms.averaging.fedavg import FedAvgClient, FedAvgOptions, FedAvgServer
 from graphfed.algorithms.registry import Algorithm, register
-from graphfed.models.gnn import ModelOptions, build_model
+from graphfed.models.by_level import build_model
+from graphfed.models.gnn import ModelOptions
 from graphfed.protocol import AlgorithmOptions
 
 

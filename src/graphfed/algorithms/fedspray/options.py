@@ -25,7 +25,8 @@ from pydantic import Field, model_validator
 from torch import nn
 
 from graphfed.algorithms.registry import RunView
-from graphfed.models.gnn import ModelOptions, build_model
+from graphfed.models.by_level import build_model
+from graphfed.models.gnn import ModelOptions
 from graphfed.protocol import AlgorithmOptions
 from graphfed.training import OptimizerOptions
 
