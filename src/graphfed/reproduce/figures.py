@@ -173,7 +173,7 @@ def signed_heatmaps(matrices: dict[str, Sequence[Sequence[float]]], path: Path, 
     """Row x column maps side by side on one scale symmetric about 0, red above and blue
     below (cf. FGFL Fig. 1's contributions), so where a sign flips stands out."""
     fig, axes = plt.subplots(len(matrices), 1, figsize=(9, 1.6 + 1.2 * len(matrices)),
-                             squeeze=False)
+                             squeeze=False, layout="constrained")
     top = max((abs(v) for m in matrices.values() for row in m for v in row if v == v),
               default=1.0) or 1.0
     for ax, (name, matrix) in zip(axes[:, 0], matrices.items(), strict=True):
