@@ -10,7 +10,7 @@ components match.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,3 +116,15 @@ def missing(dataset: str) -> str | None:
     except GraphfedError:
         return f"{dataset}: not a dataset graphfed can load"
     return None if present else f"{dataset}: dataset files not present under GRAPHFED_DATA"
+
+
+def value_label(keys: SettingKeys, named: tuple[str, ...] = ()) -> Callable[[str], str]:
+    """A preset's ``table_label``: a setting label (``Cora/partition=louvain``) as its dataset
+    and its components' values (``Cora/louvain``), the components of ``named`` keeping their key
+    (``ESOL/scaffold/K=4``)."""
+    def shown(label: str) -> str:
+        setting = parse_label(label, keys)
+        return SEPARATOR.join([setting.dataset, *(f"{k}={v}" if k in named else v
+                                                  for k, v in setting.components)])
+
+    return shown

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from graphfed.reproduce.preset import Preset, Variant, declared_methods, register
 from graphfed.reproduce.score import RoundValue, register_metrics
-from graphfed.reproduce.settings import SEPARATOR, parse_label
+from graphfed.reproduce.settings import value_label
 
 RULE = "max_val_auc"
 METRICS = register_metrics({
@@ -44,12 +44,6 @@ PROTOCOL = ["level=edge", f"num_clients={CLIENTS}", "model.name=gcn", "model.hid
 QUICK = ["rounds=10"]
 FIRST = ("fedavg", "fedprox", "local")
 CENTRALISED = Variant("centralised", "local", ("num_clients=1", "partition=uniform"))
-
-
-def shown(label: str) -> str:
-    """The table's dataset column, ``Cora/louvain``."""
-    setting = parse_label(label, SETTING_KEYS)
-    return SEPARATOR.join([setting.dataset, *(value for _, value in setting.components)])
 
 
 NOTES = ("pooled_*: each client's test AUC, average precision, Hits@50 and MRR weighted by its "
@@ -76,6 +70,6 @@ STANDARD = register(Preset(
                                                                       FIRST))],
     datasets=[f"{d}/partition={p}" for d in DATASETS for p in PARTITIONS],
     metrics=METRICS, base=PROTOCOL, seeds=3, quick=QUICK, quick_seeds=1, select=RULE,
-    setting_keys=SETTING_KEYS, table_label=shown, notes=NOTES,
+    setting_keys=SETTING_KEYS, table_label=value_label(SETTING_KEYS), notes=NOTES,
     cost="a 50-round FedAvg seed run on Cora (10 clients) under a minute on 2 CPU cores; "
          "Coauthor-CS and Amazon-Photo several times that"))

@@ -29,7 +29,7 @@ from __future__ import annotations
 from graphfed.reproduce.papers.fedpub import METHODS, scored_trained
 from graphfed.reproduce.preset import Preset, Variant, register
 from graphfed.reproduce.score import RoundValue, register_metrics
-from graphfed.reproduce.settings import SEPARATOR, parse_label
+from graphfed.reproduce.settings import value_label
 
 METRICS = register_metrics({"pooled_acc": RoundValue("test_acc_pooled", rule="max_val_acc")})
 DATASETS = ("Cora", "CiteSeer", "Amazon-Photo", "Amazon-Computers", "Coauthor-CS",
@@ -44,12 +44,6 @@ PROTOCOL = ["partition.seed=0", "num_clients=10", "features=as_loaded", "model.n
             "batch_size=null", "client_fraction=1.0", "eval_every=1", "rounds=100",
             "local_epochs=3", "model.sparse_features=auto"]
 QUICK = ["rounds=10"]
-
-
-def shown(label: str) -> str:
-    """The table's dataset column, ``Cora/louvain``."""
-    setting = parse_label(label, SETTING_KEYS)
-    return SEPARATOR.join([setting.dataset, *(value for _, value in setting.components)])
 
 
 NOTES = ("pooled_acc: test accuracy over all clients' test nodes, at the round of highest "
@@ -69,7 +63,8 @@ STANDARD = register(Preset(
     variants=[Variant(m, m, scored_trained(m)) for m in METHODS],
     datasets=[f"{d}/partition={p}" for d in DATASETS for p in PARTITIONS],
     metrics=METRICS, base=PROTOCOL, seeds=3, quick=QUICK, quick_seeds=1,
-    select="max_val_acc", setting_keys=SETTING_KEYS, table_label=shown, notes=NOTES,
+    select="max_val_acc", setting_keys=SETTING_KEYS,
+    table_label=value_label(SETTING_KEYS), notes=NOTES,
     cost="FedAvg on Cora/louvain: about 30 s a seed on one CPU thread (about 25 s a --quick "
          "cell with start-up); the other graphs have 3-13x Cora's nodes and many methods cost "
          f"several times FedAvg, so the whole table ({len(METHODS)} methods x "

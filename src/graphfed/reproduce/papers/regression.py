@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from graphfed.reproduce.preset import Preset, Variant, declared_methods, register
 from graphfed.reproduce.score import RoundValue, register_metrics
-from graphfed.reproduce.settings import SEPARATOR, parse_label
+from graphfed.reproduce.settings import value_label
 
 METRICS = register_metrics({"pooled_rmse": RoundValue("test_rmse_pooled", better="lower"),
                             "pooled_mae": RoundValue("test_mae_pooled", better="lower")})
@@ -43,13 +43,6 @@ PROTOCOL = ["model.name=gin", "model.hidden=64", "model.layers=3", "model.dropou
 QUICK = ["rounds=10"]
 FIRST = ("fedavg", "fedprox", "local")
 CENTRALISED = Variant("centralised", "local", ("num_clients=1",))
-
-
-def shown(label: str) -> str:
-    """The table's dataset column, ``ESOL/scaffold/K=4``."""
-    setting = parse_label(label, SETTING_KEYS)
-    return SEPARATOR.join([setting.dataset, *(f"K={v}" if k == "K" else v
-                                              for k, v in setting.components)])
 
 
 NOTES = ("pooled_rmse, pooled_mae: test RMSE and MAE over all clients' test molecules, in log "
@@ -75,7 +68,8 @@ STANDARD = register(Preset(
                                                                       FIRST))],
     datasets=[f"ESOL/partition={p}/K={k}" for k in CLIENTS for p in PARTITIONS],
     metrics=METRICS, base=PROTOCOL, seeds=3, quick=QUICK, quick_seeds=1,
-    select="min_val_rmse", setting_keys=SETTING_KEYS, table_label=shown, notes=NOTES,
+    select="min_val_rmse", setting_keys=SETTING_KEYS,
+    table_label=value_label(SETTING_KEYS, ("K",)), notes=NOTES,
     cost="a FedAvg seed run (50 rounds, 4 clients) about 20 s on one idle CPU thread, 30 s "
          "to 3 minutes on a loaded 2-core machine, where the core rows at K = 4 (centralised, "
          "FedAvg, FedProx, Local: 36 seed runs) took about 45 minutes; Ditto, which trains two "
