@@ -1,5 +1,6 @@
 """A real federation on loopback: a SuperLink and three SuperNodes as separate processes, TLS and
-SuperNode authentication on, each owner loading only its own exported partition file."""
+SuperNode authentication on, each owner loading only its own exported partition file; at the
+node, graph and edge levels and for graph regression."""
 
 from __future__ import annotations
 
@@ -102,6 +103,31 @@ def test_unregistered_supernode_is_refused_and_told_why(federation, tmp_path):
                            str(stranger.ca)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "does not vouch for" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.fixture(scope="module")
+def edge_federation(tmp_path_factory):
+    """Three Cora owners holding edge-level clients (link prediction)."""
+    base = ["dataset=Cora", "level=edge", "algorithm=fedavg", "partition=louvain",
+            "model.hidden=16", *COMMON, "name=deploy-edges"]
+    yield from _federation(tmp_path_factory, base, "Cora", 9693)
+
+
+@pytest.fixture(scope="module")
+def esol_federation(tmp_path_factory):
+    """Three ESOL owners (scaffold clients, graph regression)."""
+    pytest.importorskip("rdkit", reason="rdkit not installed (graphfed[chem])")
+    base = ["dataset=ESOL", "algorithm=fedavg", "model=gin", "partition=scaffold", *COMMON,
+            "name=deploy-esol"]
+    yield from _federation(tmp_path_factory, base, "ESOL", 9593)
+
+
+def test_link_prediction_over_tls_matches_in_process(edge_federation, tmp_path):
+    assert_deployment_matches_in_process(edge_federation, edge_federation.config, tmp_path)
+
+
+def test_graph_regression_over_tls_matches_in_process(esol_federation, tmp_path):
+    assert_deployment_matches_in_process(esol_federation, esol_federation.config, tmp_path)
 
 
 @require("Cora")

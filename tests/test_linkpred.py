@@ -232,24 +232,6 @@ def test_algorithms_json_lists_each_levels():
     assert "edge" in rows["fedavg"]["levels"] and "edge" not in rows["fedsage+"]["levels"]
 
 
-@pytest.fixture(scope="module")
-def edge_federation(tmp_path_factory):
-    """Three Cora owners holding edge-level clients on a loopback federation (TLS, authenticated
-    SuperNodes), as the deployment tests run them (``tests.test_flower_deployment``)."""
-    pytest.importorskip("flwr", reason="Flower is not installed (pip install '.[flower]')")
-    from tests.test_flower_deployment import COMMON, _federation
-
-    base = ["dataset=Cora", "level=edge", "algorithm=fedavg", "partition=louvain",
-            "model.hidden=16", *COMMON, "name=deploy-edges"]
-    yield from _federation(tmp_path_factory, base, "Cora", 9693)
-
-
-def test_the_loopback_federation_gives_the_in_process_link_numbers(edge_federation, tmp_path):
-    from tests.test_flower_deployment import assert_deployment_matches_in_process
-
-    assert_deployment_matches_in_process(edge_federation, edge_federation.config, tmp_path)
-
-
 def test_the_linkpred_preset_reports_each_seed_at_its_best_validation_auc_round(tmp_path):
     """``linkpred-standard``: every method that declares the edge level (FedAvg, FedProx, Local
     first) beside a centralised row of one client, and each number read at the evaluated round

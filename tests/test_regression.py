@@ -247,22 +247,3 @@ def test_a_classification_metric_in_a_regression_preset_is_refused_before_traini
     assert recorded_by("val_loss_pooled") == ("classification", "regression")
     assert recorded_by("test_rmse_pooled") == ("regression",)
     assert recorded_by("global_test_acc") == ("classification",)
-
-
-@pytest.fixture(scope="module")
-def esol_federation(tmp_path_factory):
-    """Three ESOL owners (scaffold clients) on a loopback federation, as the deployment tests
-    run them (``tests.test_flower_deployment``)."""
-    pytest.importorskip("flwr", reason="Flower is not installed (pip install '.[flower]')")
-    from tests.test_flower_deployment import COMMON, _federation
-
-    base = ["dataset=ESOL", "algorithm=fedavg", "model=gin", "partition=scaffold", *COMMON,
-            "name=deploy-esol"]
-    yield from _federation(tmp_path_factory, base, "ESOL", 9593)
-
-
-def test_the_loopback_federation_gives_the_in_process_regression_numbers(esol_federation,
-                                                                         tmp_path):
-    from tests.test_flower_deployment import assert_deployment_matches_in_process
-
-    assert_deployment_matches_in_process(esol_federation, esol_federation.config, tmp_path)

@@ -328,6 +328,14 @@ def test_a_run_failing_after_a_checkpoint_says_how_to_resume(tmp_path, monkeypat
     assert read_checkpoint(checkpoint(out / "stopped"))["round"] == 2
 
 
+def answers_sigint() -> None:
+    """In the child before it starts: SIGINT at its default and unblocked, as a shell gives a
+    foreground command. A pytest worker may hold it ignored or blocked (an earlier test's
+    Ray, Flower or worker pool), and a child would inherit that and never see the Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 @require("Cora")
 def test_ctrl_c_on_a_run_names_its_directory_and_how_to_continue(tmp_path):
     """SIGINT mid-run: one line saying how to continue, exit code 130, no traceback; the
@@ -337,7 +345,7 @@ def test_ctrl_c_on_a_run_names_its_directory_and_how_to_continue(tmp_path):
                "rounds=400", "checkpoint_every=1", "eval_every=100", "name=ctrlc",
                "--out", str(tmp_path / "runs"), "--quiet"]
     process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True, preexec_fn=answers_sigint)
     checkpoint = tmp_path / "runs" / "ctrlc-2" / "seed-0" / "checkpoint.pt"
     deadline = time.monotonic() + 120
     while not checkpoint.exists() and time.monotonic() < deadline:
