@@ -11,6 +11,15 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+
+
+def saved(fig: Figure, path: Path) -> Path:
+    """``fig`` laid out tight and written to ``path`` at the pages' resolution, then closed."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
 
 
 def grouped_bars(rows: list[dict], path: Path, groups: Sequence[str], title: str) -> Path:
@@ -32,10 +41,7 @@ def grouped_bars(rows: list[dict], path: Path, groups: Sequence[str], title: str
     ax.set_ylabel("payoff per round per agent")
     ax.set_title(title, fontsize=9)
     ax.legend(title="data quality", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return saved(fig, path)
 
 
 def tradeoff_scatter(rows: list[dict], path: Path, title: str) -> Path:
@@ -59,10 +65,7 @@ def tradeoff_scatter(rows: list[dict], path: Path, title: str) -> Path:
     ax.set_ylabel("personalised accuracy")
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return saved(fig, path)
 
 
 def f1_curves(rows: list[dict], out: Path) -> Path:
@@ -118,10 +121,7 @@ def network_heatmap(network: Sequence[Sequence[float]], shares: Sequence[Sequenc
     right.set_xlabel("label share")
     right.legend(fontsize=7, loc="lower right")
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return saved(fig, path)
 
 
 Curve = list[tuple[float, float, float]]  # (x, mean, std) points of one series
@@ -145,10 +145,7 @@ def panel_curves(panels: dict[str, dict[str, Curve]], path: Path, xlabel: str, y
     axes[0][0].set_ylabel(ylabel)
     axes[0][0].legend(fontsize=8)
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return saved(fig, path)
 
 
 def similarity_heatmaps(matrices: dict[str, Sequence[Sequence[float]]], path: Path,
@@ -203,10 +200,7 @@ def estimate_scatter(series: dict[str, tuple[list[float], list[float]]], path: P
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return saved(fig, path)
 
 
 def curve_panels(panels: dict[str, dict[str, tuple[list[int], list[float]]]], path: Path,
@@ -225,10 +219,7 @@ def curve_panels(panels: dict[str, dict[str, tuple[list[int], list[float]]]], pa
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return saved(fig, path)
 
 
 def metric_bars(rows: list[dict], path: Path, metrics: Sequence[str], title: str) -> Path:
@@ -243,10 +234,7 @@ def metric_bars(rows: list[dict], path: Path, metrics: Sequence[str], title: str
         ax.tick_params(axis="y", labelsize=6)
         ax.invert_yaxis()
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return saved(fig, path)
 
 
 def privacy_curve(rows: list[dict], path: Path, utility: str, title: str) -> Path:
@@ -273,7 +261,4 @@ def privacy_curve(rows: list[dict], path: Path, utility: str, title: str) -> Pat
     ax.set_ylabel(utility)
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return saved(fig, path)
