@@ -3,6 +3,7 @@ extra ``graphfed[privacy]``), behind one clear error when it is missing."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import math
@@ -33,12 +34,23 @@ def gaussian_epsilon(groups: Sequence[tuple[float, float, int]], delta: float,
                      accountant: Accountant = "rdp") -> float:
     """epsilon at ``delta`` of the composition of every group (noise multiplier z, sampling
     rate q, count): ``count`` Gaussian releases of sensitivity 1 and std z, each on a Poisson
-    sample of rate q (no sampling at q = 1). A group with z = 0 is no privacy: infinity."""
-    groups = [g for g in groups if g[2] > 0]
-    if not groups:
+    sample of rate q (no sampling at q = 1). A group with z = 0 is no privacy: infinity.
+
+    Answers are kept per (groups, delta, accountant): a summary asks for every round's own
+    epsilon and every message's, which repeat the same composition, and each composition costs
+    the accountant tenths of a second."""
+    kept = tuple(sorted(g for g in groups if g[2] > 0))
+    if not kept:
         return 0.0
-    if any(z == 0 for z, _, _ in groups):
+    if any(z == 0 for z, _, _ in kept):
         return math.inf
+    dp_accounting()  # its one-line error when it is missing, kept answer or not
+    return _composed_epsilon(kept, delta, accountant)
+
+
+@functools.lru_cache(maxsize=4096)
+def _composed_epsilon(groups: tuple[tuple[float, float, int], ...], delta: float,
+                      accountant: Accountant) -> float:
     dp = dp_accounting()
     events = []
     for z, q, count in groups:
