@@ -202,6 +202,7 @@ FEDALA = register(Algorithm(
     paper="Zhang et al., AAAI 2023 (FedALA)",
     levels=ANY_LEVEL,
     sparse_features=True,
+    small_run=("fedala.start_max_epochs=5",),  # mini-batch losses on ESOL never settle
     description="FedAvg whose clients initialise each round by adaptive local aggregation: "
                 "learned element-wise weights in [0, 1] mix the global model into the local "
                 "one on the top layers"))
