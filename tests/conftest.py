@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -146,3 +147,11 @@ def error_line(result) -> str:
              if line.strip() and line.strip() not in PYG_PROGRESS]
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     return lines[0]
+
+
+def wait_for(condition, timeout: float, what: str, poll: float = 0.3) -> None:
+    """Until ``condition()`` holds; the test fails naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} within {timeout:.0f} s"
+        time.sleep(poll)

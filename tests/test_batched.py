@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import random
 
 import pytest
 import torch
@@ -31,6 +32,7 @@ NODE = ["dataset=Cora", "partition=louvain", "num_clients=4"]
 FEDGCN = ["dataset=Cora", "partition=major_labels", "partition.overlap=true", "num_clients=4",
           "algorithm=fedgcn"]
 GRAPH = ["dataset=MUTAG", "partition=dirichlet", "model=gin", "num_clients=4"]
+EDGE = ["dataset=Cora", "partition=louvain", "num_clients=4", "level=edge", "model.hidden=16"]
 CASES = {
     "fedavg-node-full-batch-partial": [*NODE, "algorithm=fedavg", "client_fraction=0.5"],
     "fedprox-node-mini-batch": [*NODE, "algorithm=fedprox", "fedprox.mu=0.5",
@@ -49,7 +51,17 @@ CASES = {
     # round 2 trains with c - c_i != 0, a gradient offset per client
     "scaffold-graph-mini-batch-partial": [*GRAPH, "algorithm=scaffold", "batch_size=16",
                                           "client_fraction=0.5"],
+    # each client's training negatives drawn afresh every epoch, as its sequential fit draws them
+    "fedprox-edge-gcn": [*EDGE, "algorithm=fedprox", "fedprox.mu=0.5"],
+    "scaffold-edge-sage-hadamard-partial": [*EDGE, "algorithm=scaffold", "model=sage",
+                                            "model.decoder=hadamard_mlp", "client_fraction=0.5"],
+    "local-edge-mlp": [*EDGE, "algorithm=local", "model=mlp", "model.embedding=8"],
 }
+
+
+def _needs(case: str) -> str:
+    """The dataset a case of ``CASES`` runs on."""
+    return "MUTAG" if "graph" in case else "Cora"
 
 
 def _two_rounds(overrides: list[str], engine: str):
@@ -69,13 +81,16 @@ def _models(fed) -> list[dict]:
     return [ctx.state["params"] for ctx in fed.runtime.contexts]
 
 
-@pytest.mark.parametrize("case", [
-    pytest.param(case, marks=require("Cora" if "node" in case else "MUTAG"), id=case)
-    for case in CASES])
-def test_a_batched_round_equals_the_sequential_one_without_dropout(case):
+@pytest.mark.parametrize("case", [pytest.param(case, marks=require(_needs(case)), id=case)
+                                  for case in CASES])
+def test_a_batched_round_equals_the_sequential_one_without_dropout(case, monkeypatch):
     overrides = CASES[case]
     sequential = _two_rounds(overrides, "sequential")
+    together: list[int] = []
+    monkeypatch.setattr(simulation, "train_together", lambda trainer, jobs, *a, **kw: (
+        together.append(len(jobs)), train_together(trainer, jobs, *a, **kw))[1])
     batched = _two_rounds(overrides, "batched")
+    assert together == [len(line["sampled"]) for line in batched[1]]  # none trained alone
     for one, other in zip(_models(sequential[0]), _models(batched[0]), strict=True):
         for name in one:
             # Adam divides by sqrt(v): on a weight whose gradients are at rounding level (a
@@ -91,7 +106,8 @@ def test_a_batched_round_equals_the_sequential_one_without_dropout(case):
             (b["sampled"], b["answered"], b["bytes_up"], b["bytes_down"])
         assert a["train_loss"] == pytest.approx(b["train_loss"], abs=1e-5)
     for a, b in zip(sequential[2]["clients"], batched[2]["clients"], strict=True):
-        assert a["test_acc"] == pytest.approx(b["test_acc"], abs=1e-5)
+        score = "test_auc" if "test_auc" in a else "test_acc"
+        assert a[score] == pytest.approx(b[score], abs=1e-5)
         assert a["val_loss"] == pytest.approx(b["val_loss"], abs=1e-5)
 
 
@@ -108,7 +124,8 @@ def _jobs(overrides: list[str], clients: list[int], device: str = "cpu",
 
 @pytest.mark.parametrize("overrides", [
     pytest.param(NODE, marks=require("Cora"), id="node"),
-    pytest.param([*GRAPH, "batch_size=16"], marks=require("MUTAG"), id="graph-mini-batch")])
+    pytest.param([*GRAPH, "batch_size=16"], marks=require("MUTAG"), id="graph-mini-batch"),
+    pytest.param(EDGE, marks=require("Cora"), id="edge")])
 def test_a_clients_dropout_does_not_depend_on_who_trains_beside_it(overrides):
     trainer, alone = _jobs(overrides, [0])
     _, beside = _jobs(overrides, [0, 3, 1])
@@ -151,7 +168,8 @@ def test_a_gpus_plan_trains_every_client_as_the_cpus_plan_dropout_included(overr
 @pytest.mark.parametrize("overrides", [
     pytest.param(NODE, marks=require("Cora"), id="node"),
     pytest.param([*NODE, "model.sparse_features=true"], marks=require("Cora"), id="node-csr"),
-    pytest.param([*GRAPH, "batch_size=16"], marks=require("MUTAG"), id="graph-mini-batch")])
+    pytest.param([*GRAPH, "batch_size=16"], marks=require("MUTAG"), id="graph-mini-batch"),
+    pytest.param(EDGE, marks=require("Cora"), id="edge")])
 def test_on_a_gpu_every_client_trains_as_on_the_cpu_dropout_included(overrides):
     """On CUDA (the accelerator's plan) the keyed masks are the CPU's bit for bit, so the
     clients' parameters after two epochs differ by float summation order only."""
@@ -411,6 +429,30 @@ def test_clients_the_engine_cannot_batch_train_alone_with_the_same_result():
     assert "persists" in batch_refusal(trainer, jobs[0].data)
     trainer, jobs = _jobs([*NODE, "sampling.fanouts=[5,5]", "model=sage"], [0])
     assert "sampled" in batch_refusal(trainer, jobs[0].data)
+    trainer, jobs = _jobs([*EDGE, "model=gat"], [0])  # whatever its dropout
+    assert "boolean mask" in batch_refusal(trainer, jobs[0].data)
+
+
+def test_an_edge_level_run_takes_the_batched_engine_where_the_node_level_would():
+    for model, engine in (("gcn", "batched"), ("sage", "batched"), ("gat", "sequential")):
+        config = load_config(None, [*EDGE, "algorithm=fedprox", f"model={model}"])
+        assert config.engine == engine, model
+
+
+@require("Cora")
+def test_edge_clients_draw_their_negatives_leaving_the_callers_random_streams():
+    """Each edge client's negatives come from the global streams seeded with its call seed
+    (as its sequential fit draws them); the caller's streams are given back as they were."""
+    trainer, jobs = _jobs(EDGE, [0, 2])
+    random.seed(1)
+    torch.manual_seed(1)
+    before = random.getstate(), torch.get_rng_state()
+    first = train_together(trainer, jobs, 2, None)
+    assert random.getstate() == before[0] and torch.equal(torch.get_rng_state(), before[1])
+    again = train_together(trainer, jobs, 2, None)
+    for (want, want_stats), (got, got_stats) in zip(first, again, strict=True):
+        assert all(torch.equal(want[n], got[n]) for n in want)
+        assert (got_stats.loss, got_stats.samples) == (want_stats.loss, want_stats.samples)
 
 
 NODE_GLOBAL = ["dataset=Cora", "partition=dirichlet", "partition.global_test=0.2",

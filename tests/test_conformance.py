@@ -192,7 +192,7 @@ def test_conformance_boundary_and_bytes(name, options, monkeypatch, request):
 def _batched_cases() -> list:
     return [case for name in sorted(ALGORITHMS) if ALGORITHMS[name].batched
             for case in [pytest.param(name, [], marks=_marks(name), id=name),
-                         *_task_cases(name)]]
+                         *_task_cases(name), *_level_cases(name)]]
 
 
 @pytest.mark.parametrize(("name", "options"), _batched_cases())
@@ -213,7 +213,7 @@ def test_conformance_the_batched_engine_trains_as_the_sequential_one(name, optio
             (b["answered"], b["bytes_up"], b["bytes_down"])
         assert a.get("train_loss") == pytest.approx(b.get("train_loss"), abs=1e-5)
     for a, b in zip(seq_scores, batched_scores, strict=True):
-        score = "test_rmse" if "test_rmse" in a else "test_acc"
+        score = next(key for key in ("test_rmse", "test_auc", "test_acc") if key in a)
         assert a[score] == pytest.approx(b[score], abs=1e-5)
         assert a["val_loss"] == pytest.approx(b["val_loss"], abs=1e-5)
 

@@ -21,7 +21,7 @@ import pytest
 from graphfed.config import load_config, with_overrides
 from graphfed.errors import GraphfedError
 from graphfed.flower.processes import descendants
-from tests.conftest import require
+from tests.conftest import require, wait_for
 
 pytest.importorskip("flwr", reason="Flower is not installed (pip install '.[flower]')")
 
@@ -70,13 +70,6 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
-
-
-def wait_for(condition, timeout: float, what: str, poll: float = 0.3) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} within {timeout:.0f} s"
-        time.sleep(poll)
 
 
 @pytest.fixture(scope="module")

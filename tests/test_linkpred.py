@@ -201,11 +201,6 @@ def test_what_the_edge_level_cannot_run_is_refused_in_one_line(tmp_path, overrid
     assert not (tmp_path / "r").exists()
 
 
-def test_the_batched_engine_leaves_the_edge_level_to_the_sequential_one():
-    assert load_config(None, [*EDGE, "engine=batched"]).engine == "sequential"
-    assert load_config(None, [*EDGE]).engine == "sequential"
-
-
 CONTRACT = ("test_auc", "test_ap", "test_hits@50", "test_mrr", "val_auc", "val_loss_pooled",
             "test_auc_pooled", "test_ap_pooled", "test_hits@50_pooled", "test_mrr_pooled")
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
+from graphfed.algorithms.averaging.delivered import DeliveringServer
 from graphfed.algorithms.averaging.fedavg import FedAvgServer
 from graphfed.algorithms.registry import Algorithm, get_algorithm, load_all
 from graphfed.config_file import (
@@ -43,9 +44,11 @@ from graphfed.privacy.ledger import budget_exceeded
 from graphfed.privacy.options import DPOptions, PrivacyOptions, update_noise_multiplier
 from graphfed.privacy.secure_aggregation import (
     SecureAggregationOptions,
+    SumsFit,
+    SumsSetup,
     check_secure_aggregation,
 )
-from graphfed.protocol import AlgorithmOptions
+from graphfed.protocol import AlgorithmOptions, Server
 from graphfed.runtime.base import clients_per_round
 from graphfed.runtime.flower_options import FlowerOptions
 from graphfed.trackers import LogOptions
@@ -92,8 +95,8 @@ class ExperimentConfig(RunSettings):
         "threshold, shares, clipping_range, quantization_bits, modulus_bits)")
     edges: EdgeOptions = Field(
         default_factory=EdgeOptions, description="level=edge: the shares of each client's "
-        "edges that validate and test (val, test) and the negatives drawn per training edge "
-        "(train_negatives)")
+        "edges that validate and test (val, test), the negatives drawn per training edge "
+        "(train_negatives) or GAE's loss over every node pair instead (loss: full)")
     csbm: CSBMOptions | None = None
     log: LogOptions = Field(
         default_factory=LogOptions, description="experiment trackers each seed's rounds, "
@@ -243,16 +246,20 @@ class ExperimentConfig(RunSettings):
                 raise ValueError(f"{why}: raise the budget or dp.noise_multiplier")
 
     def _check_secure_aggregation(self, algorithm: Algorithm) -> None:
-        """SecAgg+ shows the server only the weighted mean of the updates: refuse what needs
-        each client's own reply, and numbers no round could run with."""
+        """SecAgg+ shows the server only the weighted mean of the updates, or the sum of a
+        payload: refuse what needs each client's own reply, and numbers no round (nor a summed
+        setup exchange over every client) could run with."""
         if not self.secure_aggregation.enabled:
             return
         why = _needs_each_reply(self, algorithm)
         if why is not None:
-            raise ValueError(f"secure_aggregation shows the server only the weighted sum of "
-                             f"the clients' updates; {why}")
+            raise ValueError(f"secure_aggregation shows the server only sums over the "
+                             f"clients' replies; {why}")
         check_secure_aggregation(self.secure_aggregation,
                                  clients_per_round(self.client_fraction, self.num_clients))
+        if issubclass(algorithm.server, SumsSetup):
+            check_secure_aggregation(self.secure_aggregation, self.num_clients,
+                                     "of the setup exchange (num_clients)")
 
     def _check_level(self) -> str:
         """The run's task level: the dataset's own unless ``level`` says edge on a node-level
@@ -287,6 +294,9 @@ class ExperimentConfig(RunSettings):
         if self.partition.has_global_test:
             raise ValueError("level=edge scores each client's own test edges; leave "
                              "partition.global_test unset")
+        if self.edges.loss == "full" and self.model.decoder != "inner":
+            raise ValueError("edges.loss=full scores every node pair as GAE does, by the inner "
+                             "decoder's Z Zᵀ; use model.decoder=inner")
 
     def _check_sampling(self, level: str) -> None:
         fanouts = self.sampling.fanouts
@@ -354,17 +364,31 @@ class ExperimentConfig(RunSettings):
 
 def _needs_each_reply(config: ExperimentConfig, algorithm: Algorithm) -> str | None:
     """Why ``algorithm`` under ``config`` needs each client's reply (None: its server's
-    aggregate is FedAvg's weighted mean of the updates, which secure aggregation reveals)."""
+    aggregate is FedAvg's weighted mean of the updates, with what ``DeliveringServer`` adds,
+    or needs only sums of the replies, and any setup exchange it has is summed too)."""
     server = algorithm.server
-    if algorithm.family != "averaging":
+    if issubclass(server, SumsFit):
+        owner = next(c for c in server.__mro__ if "aggregate_fit_sum" in vars(c))
+        own = [f"{server.__name__}.{hook}" for hook in ("configure_fit", "aggregate_fit")
+               if getattr(server, hook) is not getattr(owner, hook)]
+        if own:
+            return (f"algorithm '{algorithm.name}' combines its replies its own way "
+                    f"({', '.join(own)}), not as the sums {owner.__name__} takes")
+    elif algorithm.family != "averaging":
         return (f"algorithm '{algorithm.name}' is {algorithm.family}: its server uses each "
                 "client's reply (personal or clustered models, rewards)")
-    own = [f"{server.__name__}.{hook}" for hook in SECURE_HOOKS
-           if not issubclass(server, FedAvgServer)
-           or getattr(server, hook) is not getattr(FedAvgServer, hook)]
-    if own:
-        return (f"algorithm '{algorithm.name}' combines its replies its own way "
-                f"({', '.join(own)}), not as FedAvg's weighted mean")
+    else:
+        own = [f"{server.__name__}.{hook}" for hook in SECURE_HOOKS
+               if not issubclass(server, FedAvgServer)
+               or getattr(server, hook) not in (getattr(FedAvgServer, hook),
+                                                getattr(DeliveringServer, hook))]
+        if own:
+            return (f"algorithm '{algorithm.name}' combines its replies its own way "
+                    f"({', '.join(own)}), not as FedAvg's weighted mean")
+    if server.configure_setup is not Server.configure_setup and not issubclass(server,
+                                                                               SumsSetup):
+        return (f"algorithm '{algorithm.name}' sends its server each client's own setup "
+                f"reply ({server.__name__}.configure_setup), which no sum replaces")
     if config.aggregation.rule != "mean":
         return (f"aggregation.rule={config.aggregation.rule} needs each client's update: use "
                 "aggregation.rule=mean")
@@ -391,8 +415,6 @@ def _batch_obstacles(config: ExperimentConfig, algorithm: Algorithm, auto: bool
         yield f"runtime={config.runtime} trains each client on its own"
     if not algorithm.batched:
         yield f"algorithm '{algorithm.name}' is not registered batched"
-    if config.level == "edge":
-        yield "level=edge: the batched engine does not score node pairs"
     if not auto:
         return
     if config.model.name == "gat":
@@ -402,6 +424,9 @@ def _batch_obstacles(config: ExperimentConfig, algorithm: Algorithm, auto: bool
         yield "its clients train on sampled neighbourhoods or node subsets"
     if config.optimizer.persistent:
         yield "its clients keep their optimizer state across rounds (optimizer.persistent)"
+    if config.edges.loss == "full":
+        yield "its clients score every node pair (edges.loss=full), which the stacked pass " \
+            "does not"
 
 
 def _is_algorithm(name: str) -> bool:

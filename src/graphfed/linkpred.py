@@ -14,7 +14,8 @@ those are. Per split (``link_metrics``):
 * ``mrr``: each positive ranked among the split's negatives, 1 / (1 + #negatives scoring at
   least as high), averaged over the positives;
 * ``loss``: the binary cross-entropy with logits over the positive and negative pairs (their
-  mean), the loss the clients train with;
+  mean), the loss the clients train with under ``edges.loss: sampled`` (under ``full`` they
+  train on GAE's reconstruction of every pair, ``graphfed.reconstruction``);
 * ``n``: the number of positive pairs (supervision edges), which weighs the split when pooled.
 
 Pooled over clients (``s_<metric>_pooled`` in a summary): the mean of the clients' values

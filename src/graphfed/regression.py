@@ -30,6 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from graphfed.reconstruction import reconstruction_loss
+
 TASKS = ("classification", "regression")
 
 
@@ -69,8 +71,11 @@ def is_link(targets: Tensor) -> bool:
 def mean_loss(outputs: Tensor, targets: Tensor) -> Tensor:
     """A batch's training loss: the cross-entropy of class labels (indices or probability
     rows), the mean squared error of real-valued (standardised) targets against the model's
-    single output, the binary cross-entropy of a pair's logit against whether it is an edge."""
+    single output, the binary cross-entropy of a pair's logit against whether it is an edge
+    (of every pair against the adjacency matrix: GAE's ``reconstruction_loss``)."""
     if is_link(targets):
+        if targets.dim() == 2:  # every pair's target: the whole adjacency (edges.loss=full)
+            return reconstruction_loss(outputs, targets)
         return F.binary_cross_entropy_with_logits(outputs.view(-1), targets.to(outputs.dtype))
     if is_regression(targets):
         return F.mse_loss(outputs.view(-1), targets)

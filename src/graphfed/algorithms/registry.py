@@ -64,6 +64,7 @@ class RunView(Protocol):
     num_clients: int
     rounds: int
     client_fraction: float
+    secure_aggregation: Any
 
     def algorithm_options(self) -> AlgorithmOptions: ...
 

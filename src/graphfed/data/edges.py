@@ -17,7 +17,10 @@ written here so that it draws from a seeded generator of its own rather than the
   seeded, distinct undirected pairs that are none of the client's edges (of any split) and none
   of each other; fewer only where the client's graph has fewer non-adjacent pairs;
 * training negatives are drawn fresh every epoch by the trainer (``PreparedEdgeClient``), PyG's
-  ``negative_sampling`` against the training edges, under the client's seeded round streams.
+  ``negative_sampling`` against the training edges, under the client's seeded round streams;
+  with ``loss: full`` none are drawn: training scores every node pair of the client against its
+  training adjacency with the diagonal set (``training_adjacency``), GAE's re-weighted
+  reconstruction (``graphfed.reconstruction``), for clients of up to ``FULL_LOSS_NODES`` nodes.
 
 The split of a client depends on the partition seed, the client's index and ``EdgeOptions``
 only, so every runtime and every process rebuilds the same one.
@@ -26,6 +29,7 @@ only, so every runtime and every process rebuilds the same one.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Literal
 
 import numpy as np
 import torch
@@ -41,6 +45,9 @@ SPLIT_STREAM = 0x6564676573  # "edges": the split's seed stream, apart from the 
 # pair sets up to this many node pairs (1,448 nodes) draw their negatives from the full list of
 # non-adjacent pairs; larger ones by rejection, which touches only what it draws
 ENUMERATED_PAIRS = 2**20
+# loss: full holds N × N scores, targets and gradients: 20,000 nodes (PubMed's 19,717 fit) is
+# 1.6 GB per float32 matrix
+FULL_LOSS_NODES = 20_000
 
 
 class EdgeOptions(BaseModel):
@@ -54,13 +61,21 @@ class EdgeOptions(BaseModel):
                         "are test supervision edges (RandomLinkSplit's num_test); the rest "
                         "train")
     train_negatives: float = Field(1.0, gt=0.0, description="negative pairs drawn per "
-                                   "training edge, fresh every epoch")
+                                   "training edge, fresh every epoch (loss: sampled)")
+    loss: Literal["sampled", "full"] = Field(
+        "sampled", description="the training loss: the cross-entropy of the training edges "
+        "and train_negatives fresh negatives per edge (sampled), or GAE's re-weighted "
+        f"cross-entropy over every node pair of the training graph (full; clients of up to "
+        f"{FULL_LOSS_NODES:,} nodes, inner decoder)")
 
     @model_validator(mode="after")
     def _some_left_to_train(self) -> EdgeOptions:
         if self.val + self.test >= 1.0:
             raise ValueError(f"edges.val + edges.test = {self.val + self.test:g} leaves no "
                              "training edge; keep their sum below 1")
+        if self.loss == "full" and self.train_negatives != 1.0:
+            raise ValueError("edges.train_negatives draws negatives for edges.loss=sampled; "
+                             "edges.loss=full scores every node pair and draws none")
         return self
 
 
@@ -90,7 +105,16 @@ def split_edges(graph: Data, options: EdgeOptions, generator: torch.Generator) -
     n_val_neg = min(n_val, negatives.size(1))
     return EdgeSplit({s: positive[s] for s in SPLITS},
                      {"val": negatives[:, :n_val_neg], "test": negatives[:, n_val_neg:]},
-                     options.train_negatives)
+                     options.train_negatives, full_loss=options.loss == "full")
+
+
+def training_adjacency(split: EdgeSplit, num_nodes: int) -> Tensor:
+    """The [N, N] boolean target of ``loss: full``: True at both orders of every training edge
+    and on the diagonal (GAE's A + I)."""
+    adjacency = torch.eye(num_nodes, dtype=torch.bool)
+    edges = split.message_passing("train")
+    adjacency[edges[0], edges[1]] = True
+    return adjacency
 
 
 def non_edges(num_nodes: int, forbidden: Tensor, count: int, generator: torch.Generator
@@ -141,6 +165,11 @@ def edge_clients(data: FederatedData, options: EdgeOptions, seed: int) -> Federa
     if data.global_test is not None:
         raise GraphfedError("level=edge evaluates on each client's own test edges; leave "
                             "partition.global_test unset")
+    largest = max(c.num_nodes for c in data.clients)
+    if options.loss == "full" and largest > FULL_LOSS_NODES:
+        raise GraphfedError(f"edges.loss=full scores all N² node pairs of a client, up to "
+                            f"{FULL_LOSS_NODES:,} nodes; a client here has {largest:,}: use "
+                            "edges.loss=sampled or more clients")
     clients = [EdgeClient(c.graph, c.global_ids, c.lost_edges,
                           edges=split_edges(c.graph, options, client_generator(seed, i)))
                for i, c in enumerate(data.clients)]

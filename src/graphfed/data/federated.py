@@ -61,11 +61,13 @@ class NodeClient:
 class EdgeSplit:
     """A client's supervision pairs, local node ids, each pair once with the smaller id first
     (shape [2, n]): ``positive`` per split, ``negative`` for validation and test; and how many
-    negatives per training edge its training draws each epoch."""
+    negatives per training edge its training draws each epoch, or (``full_loss``) that it trains
+    on every node pair instead (``edges.loss: full``)."""
 
     positive: dict[str, Tensor]
     negative: dict[str, Tensor]
     train_negatives: float
+    full_loss: bool = False
 
     def message_passing(self, split: str) -> Tensor:
         """The edges (both directions) the encoder passes messages over when ``split`` is

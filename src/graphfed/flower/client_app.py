@@ -5,7 +5,9 @@ export``, on a real SuperNode) or ``partition-id`` (Flower's simulation engine, 
 run's cached partition). The client's persistent state (``ClientContext.state``) is serialised
 into the node's Flower context state after every call, so it survives between rounds whether or
 not the ClientApp process does. Fit messages pass Flower's SecAgg+ client mod, which acts on
-those that carry its stages (``secure_aggregation``, ``runtime.secagg``).
+those that carry its stages (``secure_aggregation``, ``runtime.secagg``); a secure sum of the
+setup exchange's answers travels as such fit messages too, marked as answered by
+``answer_setup``.
 """
 
 from __future__ import annotations
@@ -122,6 +124,8 @@ def _answer(phase: str, message: FlowerMessage, context: Context) -> RecordDict:
     node = _node(config_text, seed, _source(context))
     ctx = replace(node.context, state=_load_state(context, seed))
     request = records.decode(message.content)
+    summed = control.get(secagg.SUMMED)  # a secure sum of this phase's answer ("setup", "fit")
+    phase = phase if summed is None else str(summed)
     with seeded_call(seed, rnd, ctx.client_id, phase):
         if phase == "evaluate":
             metrics = answer_on_client(node.client.evaluate, request, ctx)
@@ -129,8 +133,12 @@ def _answer(phase: str, message: FlowerMessage, context: Context) -> RecordDict:
         else:
             answer = node.client.answer_setup if phase == "setup" else node.client.fit
             reply = answer_on_client(answer, request, ctx)
-            content = (secagg.fit_result(request, reply, int(control[secagg.WEIGHT]))
-                       if secagg.WEIGHT in control else records.encode(reply, {}))
+            if summed is not None:
+                content = secagg.sum_result(reply, with_loss=phase == "fit")
+            elif secagg.WEIGHT in control:
+                content = secagg.fit_result(request, reply, int(control[secagg.WEIGHT]))
+            else:
+                content = records.encode(reply, {})
     _save_state(context, seed, ctx.state)
     return content
 

@@ -3,7 +3,9 @@ it) and the numbers one round of it runs with. No flwr import: configs validate 
 the protocol itself is ``graphfed.runtime.secagg``.
 
 Each sampled client masks (weight * update, weight), quantised, so that the server learns only
-their sums; the server divides the two. A client's secrets are split into ``shares`` Shamir
+their sums; the server divides the two. Payloads that are sums in the algorithm go through the
+same protocol with weight 1 (``SumRequest``, ``SumsSetup``, ``SumsFit``): the server learns only
+their total. A client's secrets are split into ``shares`` Shamir
 shares held by its neighbours (every sampled client by default), ``threshold`` of which
 reconstruct them: up to ``shares - threshold`` of a client's neighbours may drop out of a round
 after the key exchange and the round still completes.
@@ -11,13 +13,14 @@ after the key exchange and the round still completes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, replace
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import torch
 from pydantic import BaseModel, Field
 
+from graphfed.messages import Message
 from graphfed.tensors import Params
 from graphfed.validation import OPTIONS
 
@@ -30,8 +33,9 @@ class SecureAggregationOptions(BaseModel):
     model_config = OPTIONS
 
     enabled: bool = Field(False, description="mask every fit reply so that the server learns "
-                          "only the weighted sum of the updates (averaging family, Flower and "
-                          "in-process alike)")
+                          "only the weighted sum of the updates (averaging family), or only the "
+                          "sum of a payload that is one (FedGCN's setup, FedProto's "
+                          "prototypes); Flower and in-process alike")
     threshold: int | None = Field(None, ge=2, description="shares that reconstruct a client's "
                                   "secrets, a count of clients: the fewest of a client's "
                                   "neighbours that must stay to the end of a round, and one more "
@@ -74,23 +78,26 @@ def resolved_threshold(options: SecureAggregationOptions, sampled: int) -> int:
     return max(2, resolved_shares(options, sampled) // 2 + 1)
 
 
-def check_secure_aggregation(options: SecureAggregationOptions, sampled: int) -> None:
+def check_secure_aggregation(options: SecureAggregationOptions, sampled: int,
+                             who: str = "a round samples (num_clients * client_fraction)"
+                             ) -> None:
     """Raise ``ValueError`` (one line) when ``options`` cannot run over ``sampled`` clients a
-    round: too few clients, a threshold or share count above them, sums that would overflow."""
+    round (``who`` says which: a fit round's sample, or every client of a setup exchange):
+    too few clients, a threshold or share count above them, sums that would overflow."""
     if sampled < 2:
         raise ValueError(f"secure_aggregation needs at least 2 clients a round (the sum of one "
                          f"is its update); a round samples {sampled}")
     shares = resolved_shares(options, sampled)
     if shares > sampled:
-        raise ValueError(f"secure_aggregation.shares={shares} exceeds the {sampled} clients a "
-                         "round samples (num_clients * client_fraction)")
+        raise ValueError(f"secure_aggregation.shares={shares} exceeds the {sampled} clients "
+                         f"{who}")
     if shares < sampled and shares % 2 == 0:
         raise ValueError(f"secure_aggregation.shares={shares} must be odd (a client and as many "
                          "neighbours on each side of SecAgg+'s ring), or every sampled client")
     threshold = resolved_threshold(options, sampled)
     if threshold > shares:
-        holders = (f"the {sampled} clients a round samples (num_clients * client_fraction)"
-                   if options.shares is None else f"secure_aggregation.shares={shares}")
+        holders = (f"the {sampled} clients {who}" if options.shares is None
+                   else f"secure_aggregation.shares={shares}")
         raise ValueError(f"secure_aggregation.threshold={threshold} exceeds {holders}, who "
                          "hold each client's shares: no round could unmask")
     if sampled >= 2 ** (options.modulus_bits - options.quantization_bits):
@@ -107,6 +114,12 @@ def round_plan(options: SecureAggregationOptions, sampled: int, max_weight: floa
     return SecAggPlan(sampled, resolved_shares(options, sampled),
                       resolved_threshold(options, sampled), options.clipping_range,
                       2 ** options.quantization_bits, 2 ** options.modulus_bits, max_weight)
+
+
+def sum_plan(options: SecureAggregationOptions, clients: int, bound: float) -> SecAggPlan:
+    """The numbers of a secure sum over ``clients``: every weight 1, and the payload's own
+    public ``bound`` as the clipping range."""
+    return replace(round_plan(options, clients, 1.0), clipping_range=bound)
 
 
 @dataclass
@@ -128,6 +141,65 @@ class SecureSum:
                 for k, v in zip(like, self.means, strict=True)}
 
 
+@dataclass
+class SecureTotal:
+    """What a secure sum reveals: the sum of the contributors' summands (float64 arrays, one a
+    tensor of the ``SumRequest``), the mean of their training losses on a fit round (None on a
+    setup exchange), who contributed, who dropped out (why), and the bytes it moved."""
+
+    sums: list[np.ndarray]
+    train_loss: float | None
+    contributors: list[int]
+    dropped: dict[int, str]
+    bytes_up: int
+    wire: tuple[int, int] | None = None
+
+    def as_params(self, shapes: dict[str, tuple[int, ...]]) -> Params:
+        """The sums as float64 tensors named and shaped as the request declared them."""
+        return {name: torch.from_numpy(np.asarray(v, dtype=np.float64)).reshape(shape)
+                for (name, shape), v in zip(shapes.items(), self.sums, strict=True)}
+
+
+@dataclass
+class SumRequest:
+    """A payload the server needs only the sum of. ``messages``: what each client is sent; each
+    answers with float tensors named and shaped as ``shapes`` (alike at every client, in that
+    order), every entry within [-bound, bound]. ``bound`` is public (every client is told it):
+    the algorithm chooses it per payload, from what the server may know (the configured
+    clipping range for values scaled to it, or a first exchange of public metadata); an entry
+    beyond it is clipped, as an update is clipped to c."""
+
+    messages: dict[int, Message]
+    shapes: dict[str, tuple[int, ...]]
+    bound: float
+
+
+@runtime_checkable
+class SumsSetup(Protocol):
+    """A server whose setup exchange, after its public part (``configure_setup`` and
+    ``aggregate_setup`` as usual), needs only the sum of a payload: under secure aggregation a
+    second setup exchange sums it (the clients answer it with ``answer_setup``)."""
+
+    def configure_setup_sum(self, clients: list[int]) -> SumRequest | None:
+        """The summed exchange, once the public replies were aggregated (None: none)."""
+
+    def aggregate_setup_sum(self, total: Params, contributors: list[int]) -> None:
+        """Take the total of the contributors' summands."""
+
+
+@runtime_checkable
+class SumsFit(Protocol):
+    """A server whose fit aggregate needs only the sum of the replies: under secure aggregation
+    each sampled client's ``fit`` answers with its summand (its training loss is summed beside
+    it, and the round records the mean)."""
+
+    def configure_fit_sum(self, rnd: int, clients: list[int]) -> SumRequest:
+        """The fit round's request."""
+
+    def aggregate_fit_sum(self, rnd: int, total: Params, contributors: list[int]) -> None:
+        """Take the total of the contributors' summands in place of their replies."""
+
+
 class AveragesUpdates(Protocol):
     """A server whose aggregate is the weighted mean of its clients' updates (FedAvg's): what
     secure aggregation can replace the replies by."""
@@ -135,5 +207,6 @@ class AveragesUpdates(Protocol):
     def secure_weights(self, clients: list[int]) -> dict[int, int]:
         """Each client's weight, which it applies itself before masking."""
 
-    def aggregate_mean(self, rnd: int, mean: Params) -> None:
-        """Take the round's weighted mean update in place of the replies."""
+    def aggregate_mean(self, rnd: int, mean: Params, contributors: list[int]) -> None:
+        """Take the round's weighted mean update of ``contributors`` in place of the
+        replies."""

@@ -4,6 +4,7 @@ Per round: sample clients, ask the server what each receives, deliver, check eve
 boundary (a malformed reply is dropped and logged, never aggregated), aggregate, count bytes.
 Under ``secure_aggregation`` the fit replies are masked (``runtime.secagg``): the server gets
 only their weighted mean, which takes the replies' place, and no reply reaches the boundary.
+A server that needs only the sum of a payload (``SumsSetup``, ``SumsFit``) gets only the sum.
 
 The server believes no number a client could lie about. The checks live here, in the round logic
 every runtime shares, so the in-process engines and Flower drop the same replies:
@@ -51,10 +52,16 @@ from graphfed.privacy.secure_aggregation import (
     SecAggPlan,
     SecureAggregationOptions,
     SecureSum,
+    SecureTotal,
+    SumRequest,
+    SumsFit,
+    SumsSetup,
     round_plan,
+    sum_plan,
 )
 from graphfed.protocol import SERVER_DEVICE, ClientContext, Server
 from graphfed.seeding import SERVER, seeded_call
+from graphfed.tensors import Params
 
 log = logging.getLogger("graphfed.runtime")
 
@@ -140,10 +147,17 @@ class Runtime(ABC):
         """Send setup messages; return the replies received and the clients that failed."""
 
     @abstractmethod
-    def deliver_secure_fit(self, rnd: int, messages: dict[int, Message],
+    def deliver_secure_fit(self, rnd: int, messages: dict[int, Message], like: Params,
                            weights: dict[int, int], plan: SecAggPlan) -> SecureSum:
         """Send fit messages under secure aggregation (``runtime.secagg``), each client
-        weighing its update by ``weights``; what the protocol reveals."""
+        weighing its update of the model ``like`` by ``weights``; what the protocol
+        reveals."""
+
+    @abstractmethod
+    def deliver_secure_sum(self, rnd: int, phase: str, messages: dict[int, Message],
+                           shapes: list[tuple[int, ...]], plan: SecAggPlan) -> SecureTotal:
+        """Send ``phase`` ("setup" or "fit") messages whose answers, tensors of ``shapes``,
+        are summed under secure aggregation; what the protocol reveals."""
 
     @abstractmethod
     def deliver_evaluate(self, rnd: int, messages: dict[int, Message]) -> dict[int, dict]:
@@ -245,7 +259,34 @@ class Runtime(ABC):
                                        self.server.setup_reply_spec,
                                        self.server.check_setup_reply)
         self.server.aggregate_setup(valid)
-        return record
+        secure, server = self.server.setup.secure_aggregation, self.server
+        if secure is None or not isinstance(server, SumsSetup):
+            return record
+        request = server.configure_setup_sum(sorted(valid))
+        if request is None:
+            return record
+        summed, total = self._secure_sum(0, "setup", request, secure)
+        server.aggregate_setup_sum(total, summed.answered)
+        return RoundRecord(round=0, sampled=record.sampled, answered=summed.answered,
+                           dropped={**record.dropped, **summed.dropped},
+                           bytes_up=record.bytes_up + summed.bytes_up,
+                           bytes_down=record.bytes_down + summed.bytes_down,
+                           wire_bytes=_added(record.wire_bytes, summed.wire_bytes))
+
+    def _secure_sum(self, rnd: int, phase: str, request: SumRequest,
+                    options: SecureAggregationOptions) -> tuple[RoundRecord, Params]:
+        """A payload the server needs only the sum of, summed under secure aggregation: the
+        round's record and the total (``SumRequest``)."""
+        _check_sent(request.messages)
+        plan = sum_plan(options, len(request.messages), request.bound)
+        outcome = self.deliver_secure_sum(rnd, phase, request.messages,
+                                          list(request.shapes.values()), plan)
+        record = RoundRecord(round=rnd, sampled=sorted(request.messages),
+                             answered=outcome.contributors, dropped=outcome.dropped,
+                             bytes_up=outcome.bytes_up,
+                             bytes_down=sum(m.nbytes for m in request.messages.values()),
+                             train_loss=outcome.train_loss, wire_bytes=outcome.wire)
+        return record, outcome.as_params(request.shapes)
 
     def fit_round(self, rnd: int) -> RoundRecord:
         with seeded_call(self.seed, rnd, SERVER, "fit"):
@@ -253,8 +294,13 @@ class Runtime(ABC):
 
     def _fit_round(self, rnd: int) -> RoundRecord:
         sampled = self.sample_clients()
-        messages = self.server.configure_fit(rnd, sampled)
-        secure = self.server.setup.secure_aggregation
+        secure, server = self.server.setup.secure_aggregation, self.server
+        if secure is not None and isinstance(server, SumsFit):
+            record, total = self._secure_sum(rnd, "fit", server.configure_fit_sum(rnd, sampled),
+                                             secure)
+            server.aggregate_fit_sum(rnd, total, record.answered)
+            return record
+        messages = server.configure_fit(rnd, sampled)
         if secure is not None:
             return self._secure_fit_round(rnd, sampled, messages, secure)
         record, valid = self._exchange(rnd, sampled, messages,
@@ -273,8 +319,11 @@ class Runtime(ABC):
         server = cast(AveragesUpdates, self.server)
         weights = server.secure_weights(sampled)
         plan = round_plan(options, len(sampled), max(weights.values()))
-        outcome = self.deliver_secure_fit(rnd, messages, weights, plan)
-        server.aggregate_mean(rnd, outcome.mean_update(messages[sampled[0]].tensors))
+        model, _ = self.server.reply_spec(sampled[0])  # what a client returns: the model
+        sent = messages[sampled[0]].tensors
+        like = {name: sent[name] for name in sent if model is None or name in model}
+        outcome = self.deliver_secure_fit(rnd, messages, like, weights, plan)
+        server.aggregate_mean(rnd, outcome.mean_update(like), outcome.contributors)
         return RoundRecord(round=rnd, sampled=sampled, answered=outcome.contributors,
                            dropped=outcome.dropped, bytes_up=outcome.bytes_up,
                            bytes_down=sum(m.nbytes for m in messages.values()),
@@ -304,6 +353,13 @@ class Runtime(ABC):
 
     def load_state_dict(self, state: dict) -> None:
         self.rng.bit_generator.state = state["rng"]
+
+
+def _added(a: tuple[int, int] | None, b: tuple[int, int] | None) -> tuple[int, int] | None:
+    """Two exchanges' (up, down) wire bytes together (None where neither crossed a network)."""
+    if a is None or b is None:
+        return a or b
+    return a[0] + b[0], a[1] + b[1]
 
 
 def _check_sent(messages: dict[int, Message]) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from flwr.app import ConfigRecord, RecordDict
 from flwr.app import Message as FlowerMessage
@@ -21,6 +21,7 @@ from flwr.serverapp import Grid
 
 from graphfed.errors import GraphfedError
 from graphfed.messages import Message, MessageError
+from graphfed.privacy.secure_aggregation import SecAggPlan
 from graphfed.protocol import Server
 from graphfed.runtime import records, secagg
 from graphfed.runtime.base import RoundFailed, Runtime
@@ -178,15 +179,29 @@ class FlowerRuntime(Runtime):
     def deliver_fit(self, rnd, messages):
         return _decoded(rnd, "fit", *self._send("fit", rnd, messages), records.decode)
 
-    def deliver_secure_fit(self, rnd, messages, weights, plan):
+    def deliver_secure_fit(self, rnd, messages, like, weights, plan):
         """The fit phase as Flower's SecAgg+ stages (``runtime.secagg``): each client's fit
         message, with its weight, travels in the stage that collects the masked vectors; no
         reply is decoded, the server holds only masked vectors and their unmasked sum."""
+        shapes = [*(tuple(t.shape) for t in like.values()), (1,)]
+        return self._stages(rnd, messages, {secagg.WEIGHT: weights}, shapes, plan).means(plan)
+
+    def deliver_secure_sum(self, rnd, phase, messages, shapes, plan):
+        """A secure sum through the same stages: each client's request, marked as one whose
+        ``phase`` answer is summed, travels in the stage that collects the masked vectors
+        (a fit message, the kind Flower's mod acts on, also for the setup exchange)."""
+        with_loss = phase == "fit"
+        unmasked = self._stages(rnd, messages, {secagg.SUMMED: {c: phase for c in messages}},
+                                [*shapes, *[(1,)] * with_loss], plan)
+        return unmasked.sums(plan, with_loss)
+
+    def _stages(self, rnd: int, messages: dict[int, Message], extra: dict[str, dict[int, Any]],
+                shapes: list[tuple[int, ...]], plan: SecAggPlan) -> secagg.Unmasked:
+        """The four SecAgg+ stages over ``messages``, each with the control fields ``extra``
+        gives it (field -> client -> value)."""
         control = {"config": self.config_text, "seed": self.seed, "round": rnd}
-        fit = {c: records.encode(m, {**control, secagg.WEIGHT: weights[c]})
+        fit = {c: records.encode(m, {**control, **{k: v[c] for k, v in extra.items()}})
                for c, m in messages.items()}
-        like = next(iter(messages.values())).tensors
-        shapes = [(1,), *(tuple(t.shape) for t in like.values()), (1,)]
         stages = secagg.FlowerSecAgg(rnd, self.seed, {c: self.nodes[c] for c in messages},
                                      plan, lambda contents: self._ask_stage(rnd, contents))
         return stages.run(fit, shapes)

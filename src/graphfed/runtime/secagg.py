@@ -23,11 +23,23 @@ generator, which the ClientApp seeds per (run seed, round, client) right before 
 quantises (``quantisation_seed``); ``in_process_sum`` quantises with the same seed and sums
 without masks (they cancel exactly modulo 2**modulus_bits), so every runtime gives the same
 numbers.
+
+Secure sums (``SumRequest``): a payload the algorithm needs only the sum of (FedGCN's per-node
+neighbour sums, FedProto's count-weighted prototypes) travels through the same four stages and
+the same mod, the client's weight being 1 (so the mod scales nothing) and the clipping range
+the payload's own public bound, which the server announces in the setup stage. What a client
+masks (``summand_arrays``) is its answer's tensors in order, and on a fit round its training
+loss; the unmasked total, dequantised, is the sum itself (``Unmasked.sums``). The seeds are
+the fit's: ``quantisation_seed`` of the round (0 for a setup exchange). Each entry is off by
+less than one quantisation step, 2 * bound / 2**quantization_bits, per contributor. What the
+server learns: the total, who contributed, and the bound; on Flower the setup exchange's sum
+is carried as fit ("train") messages with the stages, since the mod acts on those alone.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import reduce
 from typing import TypeVar
 
@@ -57,11 +69,12 @@ from flwr.compat.common.recorddict_compat import fitres_to_recorddict
 from flwr.supercore.primitives.asymmetric import bytes_to_private_key, bytes_to_public_key
 
 from graphfed.messages import TRAIN_LOSS, Message
-from graphfed.privacy.secure_aggregation import SecAggPlan, SecureSum
+from graphfed.privacy.secure_aggregation import SecAggPlan, SecureSum, SecureTotal
 from graphfed.runtime.base import RoundFailed, log
 from graphfed.seeding import SERVER, call_seed
 
 WEIGHT = "secagg-weight"  # the control field that tells a client its weight
+SUMMED = "secagg-sum"  # the control field of a secure sum: the phase whose answer is summed
 QUANTISATION_STREAM = 0x5EC0  # the stochastic rounding's seed, apart from the fit's streams
 RING_STREAM = 0x5EC1  # the server's draw of the neighbour ring
 Arrays = list[np.ndarray]
@@ -71,27 +84,56 @@ Ask = Callable[[dict[int, RecordDict]], tuple[dict[int, RecordDict], dict[int, s
 
 
 def update_arrays(sent: Message, reply: Message) -> Arrays:
-    """What a client masks: its update (reply minus what it was sent) per tensor, float64, in
-    the order it was sent, then its training loss."""
+    """What a client masks: its update (reply minus what it was sent) per tensor it returns
+    (the model; what else it was sent, a payload to hold, it does not return), float64, in the
+    order it was sent, then its training loss."""
     out = []
     for name, before in sent.tensors.items():
         after = reply.tensors.get(name)
-        if after is None or after.shape != before.shape or not before.is_floating_point():
+        if after is None:
+            continue
+        if after.shape != before.shape or not before.is_floating_point():
             raise ValueError(f"secure aggregation sums float tensors shaped as sent; reply "
                              f"tensor {name!r} is not one")
         out.append((after.detach().double().cpu() - before.detach().double().cpu()).numpy())
-    out.append(np.array([float(reply.scalars[TRAIN_LOSS])]))
-    if not all(np.isfinite(a).all() for a in out):
+    return _finite([*out, _loss(reply)])
+
+
+def summand_arrays(reply: Message, with_loss: bool) -> Arrays:
+    """What a client masks in a secure sum: its answer's tensors, float64, in order, then on a
+    fit round its training loss."""
+    out = []
+    for name, tensor in reply.tensors.items():
+        if not tensor.is_floating_point():
+            raise ValueError(f"a secure sum adds float tensors; {name!r} is not one")
+        out.append(tensor.detach().double().cpu().numpy())
+    return _finite([*out, _loss(reply)] if with_loss else out)
+
+
+def _loss(reply: Message) -> np.ndarray:
+    return np.array([float(reply.scalars[TRAIN_LOSS])])
+
+
+def _finite(arrays: Arrays) -> Arrays:
+    if not all(np.isfinite(a).all() for a in arrays):
         raise ValueError("secure aggregation: the update or loss is not finite")
-    return out
+    return arrays
+
+
+def _as_fit_result(arrays: Arrays, weight: int) -> RecordDict:
+    result = FitRes(Status(Code.OK, ""), ndarrays_to_parameters(arrays), weight, {})
+    return fitres_to_recorddict(result, keep_input=False)
 
 
 def fit_result(sent: Message, reply: Message, weight: int) -> RecordDict:
     """The fit reply as Flower's mod takes it (a ``FitRes``): the update arrays and the weight
     the server gave (never the client's own count)."""
-    result = FitRes(Status(Code.OK, ""), ndarrays_to_parameters(update_arrays(sent, reply)),
-                    weight, {})
-    return fitres_to_recorddict(result, keep_input=False)
+    return _as_fit_result(update_arrays(sent, reply), weight)
+
+
+def sum_result(reply: Message, with_loss: bool) -> RecordDict:
+    """A secure sum's answer as Flower's mod takes it: the summand arrays, weight 1."""
+    return _as_fit_result(summand_arrays(reply, with_loss), 1)
 
 
 def quantisation_seed(seed: int, rnd: int, client: int) -> int:
@@ -115,17 +157,53 @@ def quantised(arrays: Arrays, weight: int, plan: SecAggPlan, seed: int) -> Array
     return [a.astype(np.int64) for a in factor_combine(q_ratio, values)]  # as the masks make
 
 
-def reveal(total: Arrays, contributors: int, plan: SecAggPlan) -> Arrays:
-    """The weighted means from the unmasked sum of ``contributors`` quantised vectors (the
-    end of ``SecAggPlusWorkflow.unmask_stage``): dequantised, each contributor's shift of c
-    removed, divided by the sum of the quantised weights."""
+def unmasked_values(total: Arrays, contributors: int, plan: SecAggPlan
+                    ) -> tuple[int, Arrays]:
+    """The sum of the quantised weights, and of ``contributors`` clients' weighted arrays, from
+    the unmasked sum of their quantised vectors (the end of ``SecAggPlusWorkflow.unmask_stage``):
+    dequantised, each contributor's shift of c removed."""
     q_total, values = factor_extract(parameters_mod(total, plan.mod_range))
+    offset = -(contributors - 1) * plan.clipping_range
+    return q_total, [v + offset for v in dequantize(values, plan.clipping_range,
+                                                    plan.target_range)]
+
+
+def reveal(total: Arrays, contributors: int, plan: SecAggPlan) -> Arrays:
+    """The weighted means: the unmasked values divided by the sum of the quantised weights."""
+    q_total, values = unmasked_values(total, contributors, plan)
     if q_total <= 0:
         raise RoundFailed("secure aggregation revealed no weight: nothing to average")
-    offset = -(contributors - 1) * plan.clipping_range
     scale = plan.target_range / q_total
-    return [(v + offset) * scale for v in dequantize(values, plan.clipping_range,
-                                                     plan.target_range)]
+    return [v * scale for v in values]
+
+
+@dataclass
+class Unmasked:
+    """The unmasked sum of the contributors' quantised vectors, and the round's bookkeeping."""
+
+    total: Arrays
+    contributors: list[int]
+    dropped: dict[int, str]
+    bytes_up: int  # the masked vectors' payload
+    wire: tuple[int, int] | None = None
+
+    def means(self, plan: SecAggPlan) -> SecureSum:
+        """The weighted mean update and training loss (the averaging family's fit)."""
+        means = reveal(self.total, len(self.contributors), plan)
+        return SecureSum(means[:-1], float(means[-1][0]), self.contributors, self.dropped,
+                         self.bytes_up, self.wire)
+
+    def sums(self, plan: SecAggPlan, with_loss: bool) -> SecureTotal:
+        """The summands' total, and with ``with_loss`` the mean training loss (its last
+        array). Every weight was 1, so the quantised weights sum to the contributors' count
+        times 2**quantization_bits; anything else is refused."""
+        q_total, values = unmasked_values(self.total, len(self.contributors), plan)
+        if q_total != len(self.contributors) * plan.target_range:
+            raise RoundFailed(f"secure sum revealed the weight {q_total}, not "
+                              f"{len(self.contributors)} contributors of weight 1")
+        loss = float(values.pop()[0]) / len(self.contributors) if with_loss else None
+        return SecureTotal(values, loss, self.contributors, self.dropped, self.bytes_up,
+                           self.wire)
 
 
 def ring(clients: list[int], shares: int, seed: int, rnd: int) -> dict[int, set[int]]:
@@ -158,27 +236,30 @@ def masked_nbytes(vector: Arrays) -> int:
     return 8 * sum(int(np.asarray(a).size) for a in vector)
 
 
-def in_process_sum(rnd: int, seed: int, sent: dict[int, Message], replies: dict[int, Message],
-                   failed: dict[int, str], weights: dict[int, int], plan: SecAggPlan
-                   ) -> SecureSum:
-    """The in-process runtime's secure aggregation: the clients' vectors quantised as Flower's
-    mod quantises them (same seeds), summed without the masks, which would cancel exactly."""
+def in_process_sum(rnd: int, seed: int, sent: dict[int, Message],
+                   replies: dict[int, Message], failed: dict[int, str],
+                   arrays: Callable[[int, Message], Arrays], shapes: list[tuple[int, ...]],
+                   weights: dict[int, int], plan: SecAggPlan) -> Unmasked:
+    """The in-process runtime's secure aggregation: what each client masks (``arrays`` of its
+    reply, which must have ``shapes``) quantised as Flower's mod quantises it (same seeds),
+    summed without the masks, which would cancel exactly."""
     dropped = dict(failed)
     vectors: dict[int, Arrays] = {}
     for client, reply in sorted(replies.items()):
         try:
-            arrays = update_arrays(sent[client], reply)
+            masked = arrays(client, reply)
+            if [a.shape for a in masked] != shapes:
+                raise ValueError(f"shapes {[a.shape for a in masked]}, expected {shapes}")
         except (KeyError, ValueError) as e:
             dropped[client] = f"{type(e).__name__}: {e}"
             log.warning("round %d: client %d failed: %s", rnd, client, dropped[client])
             continue
-        vectors[client] = quantised(arrays, weights[client], plan,
+        vectors[client] = quantised(masked, weights[client], plan,
                                     quantisation_seed(seed, rnd, client))
     neighbours = ring(sorted(sent), plan.shares, seed, rnd)
     check_alive(rnd, "the masked vectors", neighbours, set(sent), set(vectors), plan.threshold)
-    means = reveal(_summed(list(vectors.values()), plan), len(vectors), plan)
-    return SecureSum(means[:-1], float(means[-1][0]), sorted(vectors), dropped,
-                     sum(masked_nbytes(v) for v in vectors.values()))
+    return Unmasked(_summed(list(vectors.values()), plan), sorted(vectors), dropped,
+                    sum(masked_nbytes(v) for v in vectors.values()))
 
 
 def record_nbytes(content: RecordDict) -> int:
@@ -227,10 +308,12 @@ class FlowerSecAgg:
     def _ids(self, clients: set[int]) -> list[int]:
         return [self.nodes[c] for c in sorted(clients)]
 
-    def run(self, fit: dict[int, RecordDict], shapes: list[tuple[int, ...]]) -> SecureSum:
+    def run(self, fit: dict[int, RecordDict], shapes: list[tuple[int, ...]]) -> Unmasked:
         """The four stages; ``fit``: each client's fit message (graphfed's records);
-        ``shapes``: the masked vector's arrays (the quantised weight, each tensor, the loss)."""
+        ``shapes``: the arrays the client masks (each tensor, the loss on a fit round), which
+        the mod prefixes with the quantised weight."""
         plan, clients = self.plan, set(fit)
+        shapes = [(1,), *shapes]
         setup = {Key.STAGE: Stage.SETUP, Key.SAMPLE_NUMBER: len(fit),
                  Key.SHARE_NUMBER: plan.shares, Key.THRESHOLD: plan.threshold,
                  Key.CLIPPING_RANGE: float(plan.clipping_range),
@@ -259,9 +342,8 @@ class FlowerSecAgg:
         shares = self._collect_shares(active, dead)
         total = self._unmasked(_summed(list(masked.values()), plan), shares, active,
                                {c: keys[c][0] for c in keys}, shapes)
-        means = reveal(total, len(active), plan)
-        return SecureSum(means[:-1], float(means[-1][0]), sorted(active), self.dropped,
-                         sum(masked_nbytes(v) for v in masked.values()), (self.up, self.down))
+        return Unmasked(total, sorted(active), self.dropped,
+                        sum(masked_nbytes(v) for v in masked.values()), (self.up, self.down))
 
     def _check(self, stage: str, who: set[int], alive: set[int]) -> None:
         check_alive(self.rnd, stage, self.neighbours, who, alive, self.plan.threshold)

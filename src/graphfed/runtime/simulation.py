@@ -102,13 +102,32 @@ class SimulationRuntime(Runtime):
                     failed[c] = _dropped(rnd, c, e)
         return move_messages(replies, SERVER_DEVICE), failed
 
-    def deliver_secure_fit(self, rnd, messages, weights, plan):
+    def deliver_secure_fit(self, rnd, messages, like, weights, plan):
         """Every client fits as without secure aggregation; their updates are then quantised
         as Flower's SecAgg+ mod quantises them and summed without the masks, which cancel
         exactly: the numbers of a Flower run of the same seed."""
         replies, failed = self.deliver_fit(rnd, messages)
-        return secagg_module().in_process_sum(rnd, self.seed, messages, replies, failed,
-                                              weights, plan)
+        secagg = secagg_module()
+        shapes = [*(tuple(t.shape) for t in like.values()), (1,)]
+        return secagg.in_process_sum(
+            rnd, self.seed, messages, replies, failed,
+            lambda c, reply: secagg.update_arrays(messages[c], reply), shapes, weights,
+            plan).means(plan)
+
+    def deliver_secure_sum(self, rnd, phase, messages, shapes, plan):
+        """Every client answers as without secure aggregation; the answers are quantised as
+        Flower's mod quantises them (weight 1, same seeds) and summed without the masks."""
+        with_loss = phase == "fit"
+        if with_loss:
+            replies, failed = self.deliver_fit(rnd, messages)
+        else:
+            replies, failed = self._ask(rnd, phase, messages, self.client.answer_setup)
+        secagg = secagg_module()
+        return secagg.in_process_sum(
+            rnd, self.seed, messages, replies, failed,
+            lambda c, reply: secagg.summand_arrays(reply, with_loss),
+            [*shapes, *[(1,)] * with_loss], dict.fromkeys(messages, 1), plan
+        ).sums(plan, with_loss)
 
     def deliver_setup(self, messages):
         return self._ask(0, "setup", messages, self.client.answer_setup)

@@ -8,12 +8,15 @@ since the objective is the sum of the clients' own losses (``training.stacked_lo
 ``StackedOptimizer`` applies each client's Adam or SGD update. Clients with fewer mini-batches
 than their neighbours are masked out of the steps they do not have. Graph-level clients on the
 CPU are joined instead of padded (``training.joined``), all in one step, in passes of about
-``stacked_losses.PASS_ROWS`` nodes.
+``stacked_losses.PASS_ROWS`` nodes. Edge-level clients run their encoder over their padded
+training graph and their decoder on their own pairs, padded too (``padded.EdgeLayout``).
 
 Randomness is per client: its shuffling comes from a generator seeded with its own call seed,
-and its dropout masks from that seed through ``models.dropout.keyed``, so what a client draws
-does not depend on who trains beside it. With dropout off a client's result equals the
-sequential ``Trainer.train`` (same shuffles, same arithmetic up to summation order).
+an edge client's training negatives from the global RNGs seeded with it as its sequential fit
+seeds them (``_edge_epochs``), and its dropout masks from that seed through
+``models.dropout.keyed``, so what a client draws does not depend on who trains beside it. With
+dropout off a client's result equals the sequential ``Trainer.train`` (same shuffles and
+negatives, same arithmetic up to summation order).
 """
 
 from __future__ import annotations
@@ -27,19 +30,28 @@ from typing import cast
 import torch
 from torch import Tensor
 
+from graphfed.seeding import preserved_rngs, seed_all
 from graphfed.tensors import Params
 from graphfed.training import replay
 from graphfed.training.batches import (
+    AnyBatch,
+    EdgeBatch,
     GraphBatch,
     NodeBatch,
     PreparedClient,
     PreparedEdgeClient,
+    PreparedGraphClient,
     PreparedNodeClient,
 )
 from graphfed.training.grouping import by_size_group, step_size
 from graphfed.training.joined import joins
-from graphfed.training.padded import Cache, NodeLayout, node_layout
-from graphfed.training.stacked_losses import graph_losses, joined_backward, node_losses
+from graphfed.training.padded import Cache, EdgeLayout, NodeLayout, edge_layout, node_layout
+from graphfed.training.stacked_losses import (
+    graph_losses,
+    joined_backward,
+    node_losses,
+    pair_losses,
+)
 from graphfed.training.stacked_optim import StackedOptimizer
 from graphfed.training.step import LocalStep, linear_penalty, proximal_penalty
 from graphfed.training.trainer import Trainer, TrainStats
@@ -61,13 +73,13 @@ def batch_refusal(trainer: Trainer, data: PreparedClient) -> str | None:
         return f"{type(trainer.model).__name__} is not one of graphfed's GNN backbones"
     if trainer.optimizer.persistent:
         return "its optimizer state persists across rounds"
-    if opts.name == "gat" and opts.dropout > 0:
-        return "GAT's attention dropout draws from the global RNG"
+    if opts.name == "gat":  # and its attention dropout draws from the global RNG
+        return "GAT's layers drop self-loops by a boolean mask, which vmap does not batch"
     if isinstance(data, PreparedNodeClient) and (
             data.sampler is not None or data.sampling.train_fraction < 1.0):
         return "it trains on sampled neighbourhoods or node subsets"
-    if isinstance(data, PreparedEdgeClient):
-        return "it scores node pairs, which the stacked pass does not"
+    if isinstance(data, PreparedEdgeClient) and data.adjacency is not None:
+        return "it scores every node pair (edges.loss=full), which the stacked pass does not"
     return None
 
 
@@ -83,7 +95,7 @@ def train_together(trainer: Trainer, jobs: list[ClientJob], epochs: int,
     (``grouping.by_size_group``). ``cache`` keeps each group's padded node layout between calls.
     ``record``: a group trained on whole graphs (node level, full batch) is recorded once
     and replayed where ``replay.available`` says the device can (``_train_replayed``)."""
-    graph_level = not isinstance(jobs[0].data, PreparedNodeClient)
+    graph_level = isinstance(jobs[0].data, PreparedGraphClient)
     if joined is None:
         joined = graph_level and joins(trainer.model, trainer.device)
     if joined and not graph_level:
@@ -101,14 +113,18 @@ def _train_group(trainer: Trainer, jobs: list[ClientJob], epochs: int,
                  batch_size: int | None, cache: Cache | None, joined: bool = False,
                  record: bool = False) -> list[tuple[Params, TrainStats]]:
     """``train_together`` for one group: all its clients in one stacked pass per step (the
-    clients of one level, as the first one: their batches are all ``NodeBatch`` or all
-    ``GraphBatch``)."""
+    clients of one level, as the first one: their batches are all ``NodeBatch``, all
+    ``GraphBatch`` or all ``EdgeBatch``)."""
     model, device, clients = trainer.model, trainer.device, len(jobs)
-    layout = (node_layout(cast(list[PreparedNodeClient], [j.data for j in jobs]), cache)
-              if isinstance(jobs[0].data, PreparedNodeClient) else None)
-    whole = batch_size is None or batch_size >= max(j.data.num_samples("train") for j in jobs)
-    if record and layout is not None and whole and cache is not None and replay.available(
-            device):
+    data = [j.data for j in jobs]
+    layout: NodeLayout | EdgeLayout | None = None
+    if isinstance(data[0], PreparedNodeClient):
+        layout = node_layout(cast(list[PreparedNodeClient], data), cache)
+    elif isinstance(data[0], PreparedEdgeClient):
+        layout = edge_layout(cast(list[PreparedEdgeClient], data), cache)
+    whole = batch_size is None or batch_size >= max(d.num_samples("train") for d in data)
+    if (record and isinstance(layout, NodeLayout) and whole and cache is not None
+            and replay.available(device)):
         return _train_replayed(trainer, jobs, epochs, layout, cache)
     live = {name: torch.stack([j.step.params[name] for j in jobs]).requires_grad_(True)
             for name in jobs[0].step.params}
@@ -117,17 +133,18 @@ def _train_group(trainer: Trainer, jobs: list[ClientJob], epochs: int,
     optimizer = StackedOptimizer(trainer.optimizer, live, clients)
     keys = _keys(jobs, device)
     generators = [torch.Generator().manual_seed(j.seed) for j in jobs]
+    drawn = _edge_epochs(jobs, epochs) if isinstance(layout, EdgeLayout) else None
     total = torch.zeros(clients, device=device)
     samples = torch.zeros(clients, dtype=torch.long, device=device)
     steps = [0] * clients  # counted on the host, where the batches are chosen
     model.train()
     step = 0
-    for _ in range(epochs):
-        # each client's own epoch of batches, shuffled by its own generator
-        epoch: list[Iterator[NodeBatch | GraphBatch]] = [
-            cast(Iterator[NodeBatch | GraphBatch],  # no edge client batches (batch_refusal)
-                 iter(j.data.batches("train", batch_size, True, g)))
-            for j, g in zip(jobs, generators, strict=True)]
+    for e in range(epochs):
+        # each client's own epoch of batches, shuffled by its own generator (drawn already)
+        epoch: list[Iterator[AnyBatch]] = (
+            [iter(d[e]) for d in drawn] if drawn is not None else
+            [iter(j.data.batches("train", batch_size, True, g))
+             for j, g in zip(jobs, generators, strict=True)])
         while True:
             chosen = [next(batches, None) for batches in epoch]
             if all(b is None for b in chosen):
@@ -140,11 +157,15 @@ def _train_group(trainer: Trainer, jobs: list[ClientJob], epochs: int,
                 loss, counts = joined_backward(model, live, keys, step,
                                                cast(list[GraphBatch | None], chosen), weight)
             else:
-                loss, counts = (
-                    node_losses(model, live, keys, step, layout,
-                                cast(list[NodeBatch | None], chosen), whole)
-                    if layout is not None else graph_losses(
-                        model, live, keys, step, cast(list[GraphBatch | None], chosen)))
+                if isinstance(layout, NodeLayout):
+                    loss, counts = node_losses(model, live, keys, step, layout,
+                                               cast(list[NodeBatch | None], chosen), whole)
+                elif isinstance(layout, EdgeLayout):
+                    loss, counts = pair_losses(model, live, keys, step, layout,
+                                               cast(list[EdgeBatch | None], chosen))
+                else:
+                    loss, counts = graph_losses(model, live, keys, step,
+                                                cast(list[GraphBatch | None], chosen))
                 terms.append(loss)
             _descend(live, optimizer, terms + penalties.terms(live), weight, active)
             total += loss.detach() * counts
@@ -154,6 +175,20 @@ def _train_group(trainer: Trainer, jobs: list[ClientJob], epochs: int,
     for p in live.values():  # the trained stacks, leaves that record no more: no detach each
         p.requires_grad_(False)
     return _results(live, total, samples, steps)
+
+
+def _edge_epochs(jobs: list[ClientJob], epochs: int) -> list[list[list[EdgeBatch]]]:
+    """Each edge client's batches of ``epochs`` epochs, its training negatives drawn as its
+    sequential fit draws them (PyG's ``negative_sampling``, from the global RNGs): seeded with
+    its call seed as the runtime seeds a fit (``seeding.seed_all``), epoch after epoch. The
+    caller's RNG states are kept."""
+    drawn = []
+    with preserved_rngs():
+        for j in jobs:
+            seed_all(j.seed)
+            data = cast(PreparedEdgeClient, j.data)  # a group's clients are of one level
+            drawn.append([list(data.batches("train", None, True)) for _ in range(epochs)])
+    return drawn
 
 
 def _keys(jobs: list[ClientJob], device: torch.device) -> Tensor:

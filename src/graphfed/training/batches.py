@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from torch_geometric.data import Batch, Data
 from torch_geometric.utils import negative_sampling
 
+from graphfed.data.edges import training_adjacency
 from graphfed.data.federated import SPLITS, ClientData, EdgeClient, GraphClient, NodeClient
 from graphfed.data.sampling import WHOLE_GRAPH_WEIGHTS, NeighbourSampler, SamplingOptions
 from graphfed.errors import GraphfedError
@@ -138,6 +139,18 @@ class EdgeBatch:
     @property
     def targets(self) -> Tensor:
         return self.y
+
+
+@dataclass
+class AdjacencyBatch(EdgeBatch):
+    """Every node pair at once (``edges.loss: full``): ``pairs`` the training edges, ``y`` the
+    [N, N] training adjacency with its diagonal set, which ``mean_loss`` takes as GAE's
+    reconstruction target (``graphfed.reconstruction``)."""
+
+    def forward(self, model: nn.Module, call: ModelCall) -> Tensor:
+        """The [N, N] logits of every ordered pair."""
+        out: Tensor = call(model, (self.x, self.edge_index, self.edge_weight, None))
+        return out
 
 
 # a batch of any task level: what ``PreparedClient.batches`` yields
@@ -345,8 +358,9 @@ class PreparedEdgeClient:
     plus validation graph (test predictions), and its supervision pairs. An epoch is one
     full-graph batch: the training edges and ``train_negatives`` times as many negative pairs,
     drawn fresh (PyG's ``negative_sampling`` against the training edges, from the global RNG,
-    which each party's call seeds). Evaluation scores the fixed negatives of validation and
-    test; scoring the training split draws negatives as training does."""
+    which each party's call seeds); with ``edges.loss: full`` it is every node pair against the
+    training adjacency instead (``AdjacencyBatch``). Evaluation scores the fixed negatives of
+    validation and test; scoring the training split draws negatives as sampled training does."""
 
     evaluation_draws = True  # the training split's negatives (validation and test draw none)
     target_scale: TargetScale | None = None  # pairs, not real targets
@@ -363,6 +377,8 @@ class PreparedEdgeClient:
         self.graphs = {s: graphs["test" if s == "test" else "train"] for s in SPLITS}
         self.positive = {s: split.positive[s].to(device) for s in SPLITS}
         self.negative = {s: split.negative[s].to(device) for s in split.negative}
+        self.adjacency = (training_adjacency(split, client.num_nodes).to(device)
+                          if split.full_loss else None)
 
     def num_samples(self, split: str) -> int:
         return self.positive[split].size(1)
@@ -398,7 +414,13 @@ class PreparedEdgeClient:
     def batches(self, split: str, batch_size: int | None, shuffle: bool,
                 generator: torch.Generator | None = None) -> Iterator[EdgeBatch]:
         """One epoch: the whole split in one batch (the edge level has no mini-batches)."""
-        if self.num_samples(split):
+        if not self.num_samples(split):
+            return
+        if split == "train" and self.adjacency is not None:
+            g = self.graphs[split]
+            yield AdjacencyBatch(g.x, g.edge_index, getattr(g, "edge_weight", None),
+                                 self.train_edges, self.adjacency)
+        else:
             yield self.batch_of(split)
 
 

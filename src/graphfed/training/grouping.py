@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from graphfed.models.sparse import is_csr
 from graphfed.training import plans
-from graphfed.training.batches import PreparedClient, PreparedGraphClient, PreparedNodeClient
+from graphfed.training.batches import PreparedClient, PreparedEdgeClient, PreparedNodeClient
 from graphfed.training.padded import Cache
 from graphfed.training.trainer import Trainer
 
@@ -20,11 +20,13 @@ R = TypeVar("R")
 
 
 def step_size(data: PreparedClient, batch_size: int | None) -> float:
-    """The nodes a client brings to one padded step: its whole graph (node level), or about
-    one mini-batch's share of its training graphs' nodes (graph level)."""
+    """The nodes a client brings to one padded step: its whole graph (node level, and the
+    edge level's training graph), or about one mini-batch's share of its training graphs'
+    nodes (graph level)."""
     if isinstance(data, PreparedNodeClient):
         return float(len(data.y))
-    assert isinstance(data, PreparedGraphClient), "edge clients never batch (batch_refusal)"
+    if isinstance(data, PreparedEdgeClient):
+        return float(data.num_nodes)
     graphs = data.splits["train"]
     if graphs.num_graphs == 0:
         return 0.0
@@ -102,7 +104,9 @@ def group_rows(trainer: Trainer, data: PreparedClient) -> float:
 def _features(data: PreparedClient) -> Tensor:
     if isinstance(data, PreparedNodeClient):
         return data.x
-    assert isinstance(data, PreparedGraphClient), "edge clients never batch (batch_refusal)"
+    if isinstance(data, PreparedEdgeClient):
+        x: Tensor = data.graphs["train"].x
+        return x
     return data.splits["train"].x
 
 

@@ -17,7 +17,15 @@ from graphfed.models.dropout import Positions, keyed
 from graphfed.models.sparse import PaddedCsr, is_csr
 from graphfed.tensors import Params
 from graphfed.training import plans
-from graphfed.training.batches import GraphBatch, GraphInputs, NodeBatch, PreparedNodeClient
+from graphfed.training.batches import (
+    EdgeBatch,
+    GraphBatch,
+    GraphInputs,
+    NodeBatch,
+    NodeInputs,
+    PreparedEdgeClient,
+    PreparedNodeClient,
+)
 
 T = TypeVar("T")
 # what a caller keeps between calls (layouts, recordings, sub-caches), by key
@@ -54,32 +62,40 @@ def _row_mask(sizes: list[int], length: int, device: torch.device) -> Tensor:
             < torch.tensor(sizes, device=device).unsqueeze(1))
 
 
-class NodeLayout:
-    """The clients' whole graphs padded once: ``[K, N + 1, d]`` features (``PaddedCsr`` where
-    the clients keep CSR features), where node N is the dummy that padding edges (weight 0)
-    point at. Built once per set of clients and reused across rounds
+class PaddedGraphs:
+    """The clients' message-passing graphs padded once: ``[K, N + 1, d]`` features
+    (``PaddedCsr`` where the clients keep CSR features), where node N is the dummy that padding
+    edges (weight 0) point at. Built once per set of clients and reused across rounds
     (``batched.train_together``'s ``cache``)."""
 
-    def __init__(self, clients: list[PreparedNodeClient]):
-        nodes = max(len(c.y) for c in clients)
+    def __init__(self, graphs: list[NodeInputs], nodes: int):
         self.dummy = nodes
-        features = [c.x for c in clients]
+        features = [x for x, _, _ in graphs]
         self.x = (PaddedCsr.stack(features, nodes + 1) if is_csr(features[0])
                   else _padded(features, nodes + 1))
-        self.y = _padded([c.y for c in clients], nodes + 1)
-        self.edge_index = _padded([c.edge_index.t() for c in clients],
-                                  max(c.edge_index.size(1) for c in clients), nodes
+        self.edge_index = _padded([edges.t() for _, edges, _ in graphs],
+                                  max(edges.size(1) for _, edges, _ in graphs), nodes
                                   ).transpose(1, 2)
-        weights = [c.edge_weight for c in clients]
+        weights = [weight for _, _, weight in graphs]
         # one model prepared them all: every client's edges are weighted, or none are
         self.edge_weight = (None if weights[0] is None
                             else _padded(cast(list[Tensor], weights), self.edge_index.size(2)))
-        self.whole = self._targets([c.index["train"] for c in clients])  # full-batch steps
         self.feature_nonzeros = (None if isinstance(self.x, PaddedCsr)
                                  else _sparse_positions(self.x, self.dummy))
 
     def inputs(self) -> tuple[Tensor | PaddedCsr, Tensor, Tensor | None]:
         return self.x, self.edge_index, self.edge_weight
+
+
+class NodeLayout(PaddedGraphs):
+    """Node-level clients' whole graphs padded (``PaddedGraphs``), with their labels and the
+    nodes each step's loss reads."""
+
+    def __init__(self, clients: list[PreparedNodeClient]):
+        nodes = max(len(c.y) for c in clients)
+        super().__init__([(c.x, c.edge_index, c.edge_weight) for c in clients], nodes)
+        self.y = _padded([c.y for c in clients], nodes + 1)
+        self.whole = self._targets([c.index["train"] for c in clients])  # full-batch steps
 
     def targets(self, chosen: list[NodeBatch | None], whole: bool
                 ) -> tuple[Tensor, Tensor, Tensor]:
@@ -95,6 +111,27 @@ class NodeLayout:
         positions = _padded(index, width, self.dummy)
         mask = _row_mask([len(i) for i in index], width, positions.device)
         return positions, self.y.gather(1, positions), mask
+
+
+class EdgeLayout(PaddedGraphs):
+    """Edge-level clients' training graphs padded (``PaddedGraphs``), the graph their
+    training pairs are scored over; each step's pairs are padded by ``pairs``."""
+
+    def __init__(self, clients: list[PreparedEdgeClient]):
+        graphs = [c.graphs["train"] for c in clients]
+        super().__init__([(g.x, g.edge_index, getattr(g, "edge_weight", None)) for g in graphs],
+                         max(c.num_nodes for c in clients))
+
+    def pairs(self, chosen: list[EdgeBatch | None]) -> tuple[Tensor, Tensor, Tensor]:
+        """Per client its step's pairs ``[K, 2, P]`` (padded with the dummy pair), whether
+        each is an edge and the mask of real ones ``[K, P]``."""
+        device = self.edge_index.device
+        pairs = [self.edge_index.new_zeros(2, 0) if b is None else b.pairs for b in chosen]
+        edges = [torch.zeros(0, dtype=torch.bool, device=device) if b is None else b.y
+                 for b in chosen]
+        width = max(1, max(len(y) for y in edges))
+        return (_padded([p.t() for p in pairs], width, self.dummy).transpose(1, 2),
+                _padded(edges, width), _row_mask([len(y) for y in edges], width, device))
 
 
 def _sparse_positions(x: Tensor, dummy: int) -> Positions | None:
@@ -150,6 +187,11 @@ def cached_for(cache: Cache | None, key: tuple[Hashable, ...], build: Callable[[
 def node_layout(clients: list[PreparedNodeClient], cache: Cache | None) -> NodeLayout:
     """The padded layout of ``clients``, from ``cache`` when it holds this very set."""
     return cached_for(cache, tuple(id(c) for c in clients), lambda: NodeLayout(clients))
+
+
+def edge_layout(clients: list[PreparedEdgeClient], cache: Cache | None) -> EdgeLayout:
+    """``node_layout`` for edge-level clients."""
+    return cached_for(cache, tuple(id(c) for c in clients), lambda: EdgeLayout(clients))
 
 
 def stacked_forward(model: nn.Module, live: Params, keys: Tensor | None, step: int,

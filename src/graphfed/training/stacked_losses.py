@@ -1,17 +1,23 @@
 """Each client's loss on its batch of one step, every client's in one stacked pass: padded
-(``training.padded``) or, for graph-level clients on the CPU, joined (``training.joined``) in
-passes of about ``PASS_ROWS`` nodes."""
+(``training.padded``: node and graph batches, scored node pairs) or, for graph-level clients
+on the CPU, joined (``training.joined``) in passes of about ``PASS_ROWS`` nodes."""
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from graphfed.regression import row_losses
 from graphfed.tensors import Params
-from graphfed.training.batches import GraphBatch, NodeBatch
+from graphfed.training.batches import EdgeBatch, GraphBatch, NodeBatch
 from graphfed.training.joined import join_clients, joined_forward
-from graphfed.training.padded import NodeLayout, graph_inputs, stacked_forward
+from graphfed.training.padded import (
+    EdgeLayout,
+    NodeLayout,
+    graph_inputs,
+    stacked_forward,
+)
 
 # node rows one joined forward and backward pass holds, so that a step's activations stay
 # bounded however many clients train together. On the 2-core CPU the fewer the passes the
@@ -28,6 +34,20 @@ def node_losses(model: nn.Module, live: Params, keys: Tensor, step: int, layout:
                              feature_nonzeros=layout.feature_nonzeros)
     return _masked_mean_losses(
         logits.gather(1, positions.unsqueeze(-1).expand(-1, -1, logits.size(-1))), targets, mask)
+
+
+def pair_losses(model: nn.Module, live: Params, keys: Tensor, step: int, layout: EdgeLayout,
+                chosen: list[EdgeBatch | None]) -> tuple[Tensor, Tensor]:
+    """``node_losses`` for scored node pairs: each client's encoder over its own training
+    graph, its decoder on its own pairs, the binary cross-entropy averaged over its real pairs
+    (``regression.mean_loss``'s, pair by pair)."""
+    pairs, edges, mask = layout.pairs(chosen)
+    logits = stacked_forward(model, live, keys, step, (*layout.inputs(), pairs),
+                             feature_nonzeros=layout.feature_nonzeros)
+    losses = F.binary_cross_entropy_with_logits(logits, edges.to(logits.dtype),
+                                                reduction="none")
+    counts = mask.sum(1)
+    return (losses * mask).sum(1) / counts.clamp(min=1), counts
 
 
 def graph_losses(model: nn.Module, live: Params, keys: Tensor, step: int,

@@ -51,6 +51,12 @@ class DeliveringServer(FedAvgServer):
         self.ready |= {c for c, m in replies.items() if m.scalars.get(self.ready_flag)}
         super().aggregate_fit(rnd, replies)
 
+    def aggregate_mean(self, rnd: int, mean: Params, contributors: list[int]) -> None:
+        """Under secure aggregation no reply's flag is seen; a client whose masked update was
+        summed has fitted, so holds what it was sent."""
+        self.ready |= {c for c in contributors if self.payload(c) is not None}
+        super().aggregate_mean(rnd, mean, contributors)
+
 
 class ReceivingClient(FedAvgClient):
     """Trains and is evaluated on ``view``: FedAvg's step on the data the payload gives."""

@@ -86,7 +86,7 @@ class FedAvgServer(Server):
         weighted = self.options.weighted and self.dp is None
         return {c: sizes[c].train if weighted else 1 for c in clients}
 
-    def aggregate_mean(self, rnd: int, mean: Params) -> None:
+    def aggregate_mean(self, rnd: int, mean: Params, contributors: list[int]) -> None:
         """Secure aggregation's result in place of the replies: the weighted mean of the
         clients' updates, all the server learns of them (``runtime.secagg``). Under ``dp``
         (``where=client``, the only kind it allows) the clients noised their updates: the

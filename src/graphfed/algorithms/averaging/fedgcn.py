@@ -42,14 +42,28 @@ weighted by 1 / m(u, v) up). Measured on Cora, 4 clients of that sampler with cl
 (client, node) rows get an inflated count by default, and the setup upload grows from 24.88 MB
 to 25.01 MB with dedup (the feature rows cost what the sums did; the edges replace the counts).
 
-Simplified versus the paper: no secure aggregation (the server sees the per-node sums), no
-cross-client edges; FedEgo's FedGCN code also never loads the averaged model back into clients
-(its "FedGCN" is effectively local training on aggregated features), which is not reproduced.
+Secure aggregation (``secure_aggregation.enabled``). The setup exchange then has a public part
+and a summed one (``SumsSetup``). Public: each client sends its nodes' global ids (which nodes
+a client holds stays visible, as in FedGCN), its feature width and the power of two above its
+largest neighbour sum or count (``magnitude``); the server takes N, one more than the largest
+id, and the bound 2**max(magnitude). Summed: each client answers with a dense [N, F + 1] matrix,
+its sums and counts at the rows of its nodes and zeros elsewhere, and SecAgg+ reveals only the
+total (``runtime.secagg``), quantised within the bound: each entry is off by less than
+N_clients * 2 * bound / 2**quantization_bits; the counts, integers, are rounded back exactly.
+The server learns the ids, each client's magnitude (one power of two) and the per-node totals,
+never one client's sums. The fit replies are masked as FedAvg's are; a client whose update was
+summed has received its totals. ``dedup_overlaps`` needs each client's edges, which no sum
+gives: it is refused with secure aggregation.
+
+Simplified versus the paper: no cross-client edges; FedEgo's FedGCN code also never loads the
+averaged model back into clients (its "FedGCN" is effectively local training on aggregated
+features), which is not reproduced.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import replace
 
 import torch
@@ -58,15 +72,22 @@ from torch import Tensor
 
 from graphfed.algorithms.averaging.delivered import DeliveringServer, ReceivingClient
 from graphfed.algorithms.averaging.fedavg import FedAvgOptions
-from graphfed.algorithms.registry import Algorithm, register
-from graphfed.messages import Message, MessageError, ScalarSpec, TensorSpec
+from graphfed.algorithms.registry import Algorithm, RunView, register
+from graphfed.messages import COUNT, Message, MessageError, ScalarRange, ScalarSpec, TensorSpec
 from graphfed.models.fedgcn import FedGCNNet, neighbour_mean, neighbour_sums
 from graphfed.models.gnn import ModelOptions
+from graphfed.privacy.secure_aggregation import SumRequest
 from graphfed.protocol import ClientContext, Setup
+from graphfed.tensors import Params
 
 FEATURES = "fedgcn_features"
 READY = "fedgcn_ready"
 VIEW = "fedgcn_view"  # the client's data with the aggregated features, in ctx.cache
+# secure aggregation's setup: the public reply's scalars, the summed request's and answer's
+MAGNITUDE, WIDTH, NODES, ROWS = "magnitude", "width", "nodes", "rows"
+# the binary exponent of a client's largest entry: a client may only raise the shared bound (a
+# maximum), and one beyond 2**60, which no graph's sums reach, is refused at the boundary
+EXPONENT = ScalarRange(-60, 60, integer=True)
 
 
 class FedGCNOptions(FedAvgOptions):
@@ -82,6 +103,17 @@ class FedGCNOptions(FedAvgOptions):
 def fedgcn_model(level: str, in_dim: int, num_classes: int, opts: ModelOptions,
                  options: FedGCNOptions) -> FedGCNNet:
     return FedGCNNet(in_dim, num_classes, opts, options.hops)
+
+
+def check_fedgcn_run(config: RunView) -> None:
+    """Refuse ``dedup_overlaps`` with secure aggregation: the union of the edges needs each
+    client's edges, which a sum never shows."""
+    options = config.algorithm_options()
+    if (config.secure_aggregation.enabled and isinstance(options, FedGCNOptions)
+            and options.dedup_overlaps):
+        raise ValueError("secure_aggregation shows the server only the sum of the clients' "
+                         "setup payloads; fedgcn.dedup_overlaps needs each client's own edges "
+                         "to count each once: use one or the other")
 
 
 def union_sums(nodes: Tensor, slot: Tensor, replies: list[Message]) -> tuple[Tensor, Tensor]:
@@ -104,6 +136,9 @@ class FedGCNServer(DeliveringServer):
     def __init__(self, setup: Setup) -> None:
         super().__init__(setup)
         self.totals: dict[int, tuple[Tensor, Tensor]] = {}
+        # under secure aggregation, between the public setup replies and the summed ones
+        self.held: dict[int, Tensor] = {}
+        self.width, self.bound = 0, 1.0
 
     def configure_setup(self, clients: list[int]) -> dict[int, Message]:
         return {c: Message() for c in clients} if self.options.hops > 0 else {}
@@ -111,6 +146,8 @@ class FedGCNServer(DeliveringServer):
     def setup_reply_spec(self, client: int) -> tuple[TensorSpec | None, ScalarSpec]:
         sizes = self.setup.client_sizes
         n = sizes[client].nodes if sizes else -1  # one row per node the partition gave it
+        if self.setup.secure_aggregation is not None:
+            return {"ids": ((n,), torch.long)}, {MAGNITUDE: EXPONENT, WIDTH: COUNT}
         if self.options.dedup_overlaps:
             return {"ids": ((n,), torch.long), "features": ((n, -1), torch.float32),
                     "edges": ((2, -1), torch.long)}, {}
@@ -119,11 +156,13 @@ class FedGCNServer(DeliveringServer):
 
     def check_setup_reply(self, client: int, message: Message) -> None:
         ids = message.tensors["ids"]
+        if len(ids) and (ids.min() < 0 or len(ids.unique()) != len(ids)):
+            raise MessageError(f"client {client}: negative or repeated node ids")
+        if self.setup.secure_aggregation is not None:  # the public part: ids alone
+            return
         rows = message.tensors["features" if "features" in message.tensors else "sums"]
         if rows.shape[0] != len(ids):
             raise MessageError(f"client {client}: ids and per-node rows disagree in length")
-        if len(ids) and (ids.min() < 0 or len(ids.unique()) != len(ids)):
-            raise MessageError(f"client {client}: negative or repeated node ids")
         if "counts" in message.tensors:
             counts = message.tensors["counts"]
             if counts.shape != ids.shape or (len(ids) and counts.min() < 0):
@@ -134,6 +173,14 @@ class FedGCNServer(DeliveringServer):
 
     def aggregate_setup(self, replies: dict[int, Message]) -> None:
         if not replies:
+            return
+        if self.setup.secure_aggregation is not None:  # the public part; the sums come next
+            widths = {int(m.scalars[WIDTH]) for m in replies.values()}
+            if len(widths) > 1:
+                raise MessageError(f"FedGCN's clients have different feature widths {widths}")
+            self.held = {c: m.tensors["ids"] for c, m in sorted(replies.items())}
+            self.width = widths.pop()
+            self.bound = 2.0 ** max(int(m.scalars[MAGNITUDE]) for m in replies.values())
             return
         rows = "features" if self.options.dedup_overlaps else "sums"
         widths = {m.tensors[rows].shape[1] for m in replies.values()}
@@ -152,6 +199,24 @@ class FedGCNServer(DeliveringServer):
         for c, part in zip(clients, slot.split([len(replies[c].tensors["ids"]) for c in clients]),
                            strict=True):
             self.totals[c] = (sums[part], counts[part])
+
+    def configure_setup_sum(self, clients: list[int]) -> SumRequest | None:
+        """Each client that sent its ids answers with its dense [N, F + 1] sums and counts."""
+        if not self.held:
+            return None
+        nodes = 1 + max((int(ids.max()) for ids in self.held.values() if len(ids)), default=0)
+        request = Message(scalars={NODES: nodes})
+        return SumRequest({c: request for c in self.held}, {ROWS: (nodes, self.width + 1)},
+                          self.bound)
+
+    def aggregate_setup_sum(self, total: Params, contributors: list[int]) -> None:
+        """Each contributor's rows of the total; the counts, integers, rounded back."""
+        rows = total[ROWS]
+        sums, counts = rows[:, :-1].float(), rows[:, -1].round().float()
+        for c in contributors:
+            ids = self.held[c]
+            self.totals[c] = (sums[ids], counts[ids])
+        self.held = {}
 
     def payload(self, client: int) -> dict[str, Tensor] | None:
         if client not in self.totals:
@@ -172,7 +237,15 @@ class FedGCNClient(ReceivingClient):
             return Message(tensors={"ids": ids, "features": graph.x.float(),
                                     "edges": ids[graph.edge_index]})
         sums, counts = neighbour_sums(graph.x.float(), graph.edge_index, graph.num_nodes)
-        return Message(tensors={"ids": ids, "sums": sums, "counts": counts})
+        if self.setup.secure_aggregation is None:
+            return Message(tensors={"ids": ids, "sums": sums, "counts": counts})
+        rows = torch.cat([sums, counts.unsqueeze(1)], dim=1).double()
+        if NODES not in message.scalars:  # the public part
+            largest = float(rows.abs().max()) if rows.numel() else 0.0
+            return Message(tensors={"ids": ids},
+                           scalars={MAGNITUDE: math.frexp(largest)[1], WIDTH: sums.shape[1]})
+        dense = rows.new_zeros(int(message.scalars[NODES]), rows.shape[1])
+        return Message(tensors={ROWS: dense.index_copy_(0, ids.to(dense.device), rows)})
 
     def view(self, message: Message, ctx: ClientContext) -> tuple[Message, ClientContext]:
         """The message without the feature totals (stored once received) and ``ctx`` with the
@@ -205,6 +278,7 @@ FEDGCN = register(Algorithm(
     paper="Yao et al., NeurIPS 2023 (FedGCN)",
     levels=("node",),
     model=fedgcn_model,
+    check=check_fedgcn_run,
     batched=True,
     modes={"dedup": ("fedgcn.dedup_overlaps=true",)},
     description="FedAvg of a 2-layer GCN on neighbour features summed across clients before "

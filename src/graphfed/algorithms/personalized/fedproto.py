@@ -23,6 +23,18 @@ client the hidden width of its extractor (round-robin over client ids), the embe
 initial network from a seed fixed by the run's shared initial model (``prototype_net.sized``), so
 every process draws the same one.
 
+Secure aggregation (``secure_aggregation.enabled``). Eq. 6 needs only two sums per class, of
+w_i^(j) C_i^(j) and of w_i^(j), with w_i^(j) = |D_i,j| (or, with ``weighted=false``, 1 where the
+client holds the class): each sampled client answers with them scaled by 1 / n_max, n_max the
+largest training count among the round's clients (public: the server knows the partition's
+counts; 1 with ``weighted=false``), so every weight lies in [0, 1] and a weighted prototype's
+entries within the prototype's. SecAgg+ reveals only the sums (``SumsFit``), quantised within
+the configured clipping range (an entry beyond it is clipped, as an update is); the class
+weights, multiples of 1 / n_max, are rounded back exactly. The server learns per class the
+weighted prototype sum and the total count (or how many clients hold it), never one client's
+prototypes or counts; the check that a client's counts sum to its training samples is
+therefore not made.
+
 Where the authors' code (``yuetan031/FedProto``, PFLlib ``clientproto.py``/``serverproto.py``)
 differs from the paper, the paper is followed and the code is an option: the server mean is
 unweighted over the clients holding a class (``weighted=false``), R is the mean squared error
@@ -52,6 +64,7 @@ from graphfed.mechanisms.prototypes import (
 from graphfed.messages import Message, MessageError, ScalarSpec, TensorSpec, fit_scalars
 from graphfed.models.gnn import ModelOptions
 from graphfed.models.prototype_net import WIDTH_FREE_LAYERS, PrototypeNet, params_seed
+from graphfed.privacy.secure_aggregation import SumRequest
 from graphfed.protocol import AlgorithmOptions, ClientContext, Server, Setup
 from graphfed.tensors import Params
 from graphfed.training import PreparedClient, TrainStats
@@ -61,6 +74,7 @@ from graphfed.training.trainer import BatchLoss
 PROTOTYPES = "prototypes"  # [C, d]: a client's local prototypes, or the global ones
 COUNTS = "counts"  # [C]: a client's training samples per class
 KNOWN = "known"  # [C] 0/1: which classes have a global prototype
+SCALE = "fedproto_scale"  # under secure aggregation: n_max, what each client divides its sums by
 INITIAL = "fedproto_initial"  # ctx.cache: the client's initial model at its own width
 HEAD_WEIGHT = "head.weight"
 
@@ -138,6 +152,7 @@ class FedProtoServer(Server):
         dim = setup.initial_params[HEAD_WEIGHT].shape[1]
         self.prototypes = torch.zeros(setup.num_classes, dim)
         self.known = torch.zeros(setup.num_classes)
+        self.scale = 1  # the secure round's n_max, from its request to its sum
 
     def configure_fit(self, rnd: int, clients: list[int]) -> dict[int, Message]:
         message = Message(tensors={PROTOTYPES: self.prototypes, KNOWN: self.known})
@@ -165,11 +180,35 @@ class FedProtoServer(Server):
         if not replies:
             return
         held = [replies[c] for c in sorted(replies)]
-        means, present = weighted_class_means([m.tensors[PROTOTYPES] for m in held],
-                                              [m.tensors[COUNTS] for m in held],
-                                              getattr(self.setup.options, "weighted", True))
+        self.take(*weighted_class_means([m.tensors[PROTOTYPES] for m in held],
+                                        [m.tensors[COUNTS] for m in held], self.weighted))
+
+    @property
+    def weighted(self) -> bool:
+        return getattr(self.setup.options, "weighted", True)
+
+    def take(self, means: Tensor, present: Tensor) -> None:
+        """The round's class means for the classes ``present``; the others keep theirs."""
         self.prototypes = torch.where(present.view(-1, 1), means, self.prototypes)
         self.known = torch.maximum(self.known, present.float())
+
+    def configure_fit_sum(self, rnd: int, clients: list[int]) -> SumRequest:
+        """Under secure aggregation: the prototypes, and n_max for the clients to scale by."""
+        scale = max(self.setup.client_sizes[c].train for c in clients) if self.weighted else 1
+        message = Message(self.configure_fit(rnd, clients)[clients[0]].tensors, {SCALE: scale})
+        options = self.setup.secure_aggregation
+        if options is None:
+            raise RuntimeError("a secure sum is asked for under secure_aggregation only")
+        self.scale = scale
+        return SumRequest({c: message for c in clients},
+                          {PROTOTYPES: tuple(self.prototypes.shape),
+                           COUNTS: (self.prototypes.shape[0],)}, options.clipping_range)
+
+    def aggregate_fit_sum(self, rnd: int, total: Params, contributors: list[int]) -> None:
+        """Eq. 6 from the sums alone; the class weights, multiples of 1 / n_max, rounded."""
+        weight = (total[COUNTS] * self.scale).round()
+        means = total[PROTOTYPES] * self.scale / weight.clamp_min(1).view(-1, 1)
+        self.take(means.float(), weight > 0)
 
 
 class FedProtoClient(PersonalClient):
@@ -220,7 +259,19 @@ class FedProtoClient(PersonalClient):
     def fit(self, message: Message, ctx: ClientContext) -> Message:
         params, stats = self.local_train(self.own_params(ctx), ctx,
                                          batch_loss=self.regulariser(message))
-        return self.keep(ctx, params, stats)
+        reply = self.keep(ctx, params, stats)
+        return reply if SCALE not in message.scalars else self.summand(reply,
+                                                                       message.scalars[SCALE])
+
+    def summand(self, reply: Message, scale: float) -> Message:
+        """Under secure aggregation: the class weights over ``scale`` and the prototypes
+        weighted by them, the two sums Eq. 6 needs."""
+        counts = reply.tensors[COUNTS]
+        weight = counts.double() if getattr(self.options, "weighted", True) else (
+            counts > 0).double()
+        weight = weight / float(scale)
+        return Message({PROTOTYPES: weight.view(-1, 1) * reply.tensors[PROTOTYPES].double(),
+                        COUNTS: weight}, reply.scalars)
 
     def keep(self, ctx: ClientContext, trained: Params, stats: TrainStats) -> Message:
         """Keep the trained network; upload its class prototypes (Eq. 4) and counts."""

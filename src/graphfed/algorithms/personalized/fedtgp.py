@@ -42,7 +42,7 @@ from graphfed.algorithms.personalized.fedproto import (
     check_prototype_run,
     prototype_model,
 )
-from graphfed.algorithms.registry import Algorithm, register
+from graphfed.algorithms.registry import Algorithm, RunView, register
 from graphfed.messages import Message
 from graphfed.models.prototype_net import params_seed
 from graphfed.protocol import Setup
@@ -106,6 +106,15 @@ def contrastive_loss(uploaded: Tensor, labels: Tensor, generated: Tensor, margin
     return F.cross_entropy(-dist, labels)
 
 
+def check_fedtgp_run(config: RunView) -> None:
+    """FedProto's checks, and no secure aggregation: the server trains on each upload."""
+    check_prototype_run(config)
+    if config.secure_aggregation.enabled:
+        raise ValueError("secure_aggregation shows the server only sums of the clients' "
+                         "prototypes; fedtgp's server trains its global prototypes on each "
+                         "client's own (Eq. 5), so it cannot run on their sum")
+
+
 class FedTGPServer(FedProtoServer):
     """Learns the global prototypes from the uploaded ones (E and F are its state)."""
 
@@ -166,7 +175,7 @@ FEDTGP = register(Algorithm(
     paper="Zhang et al., AAAI 2024 (FedTGP)",
     levels=("node", "graph"),
     model=prototype_model,
-    check=check_prototype_run,
+    check=check_fedtgp_run,
     modes={"graph": ("dataset=MUTAG", "partition=dirichlet", "model=gin"),
            "two-sizes": ("fedtgp.hidden_widths=[16,32]",),
            "code-batches": ("fedtgp.server_batch_size=10", "fedtgp.server_epochs=3")},
