@@ -155,6 +155,15 @@ def test_run_report_and_partition_commands(tmp_path, monkeypatch):
     assert result.exit_code == 0 and "Cora" in result.output and "present" in result.output
 
 
+@require("Cora")
+def test_partition_of_edge_clients_counts_nodes_and_supervision_edges(monkeypatch):
+    console_width(monkeypatch, 160)
+    result = invoke("partition", "dataset=Cora", "level=edge", "num_clients=3")
+    assert result.exit_code == 0, result.output
+    header = next(line for line in result.output.splitlines() if "┃ client" in line)
+    assert "nodes" in header and "train/val/test edges" in header and "graphs" not in header
+
+
 def test_algorithms_lists_the_registry_as_json_and_as_a_markdown_table():
     """(The pages that show the table are checked by the status generator, tests/test_status.py.)"""
     import json

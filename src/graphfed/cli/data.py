@@ -69,11 +69,12 @@ def partition(
     if as_json:
         console.print_json(json.dumps({**card, "rows": rows}))
     else:
-        unit = "nodes" if data.level == "node" else "graphs"
+        unit = "graphs" if data.level == "graph" else "nodes"
+        splits = "train/val/test edges" if data.level == "edge" else "train/val/test"
         table = Table(title=f"{data.dataset}: {data.num_clients} clients, partition "
                             f"{data.partition_id}")
         overlaps = [k for k in ("node_overlap", "link_overlap") if k in rows[0]]
-        for col in ("client", unit, "train/val/test", "edges", "labels", "homophily",
+        for col in ("client", unit, splits, "edges", "labels", "homophily",
                     "lost edges", *(k.replace("_", " ") for k in overlaps)):
             table.add_column(col, justify="right")
         for r in rows:
