@@ -1,11 +1,13 @@
 """``graphfed audit``: the attacks' scores and ROC numbers on hand-made examples, the attacks on
 small real runs (an over-fitted Local model leaks membership, a GCN on Cora leaks its edges),
-the LiRA shadow cache, and bad input refused in one line."""
+the LiRA shadow cache, a run on Flower audited as its in-process twin, and bad input refused in
+one line."""
 
 from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -19,9 +21,12 @@ from graphfed.audit.mia import loss_scores
 from graphfed.audit.scoring import attack_result, logit_confidence
 from graphfed.audit.target import item_ids
 from graphfed.build import federated_data
+from graphfed.checkpoints import fingerprint
 from graphfed.cli import app
-from graphfed.config import load_config
-from graphfed.experiment import FINAL, run_experiment
+from graphfed.config import ConfigError, load_config
+from graphfed.experiment import FINAL, resume_experiment, run_experiment
+from graphfed.launch import run as launch
+from graphfed.serialization import graph_classes, safe_load
 from tests.conftest import error_line, require
 
 # few training nodes, many epochs, no regularisation: a Local model that memorises them
@@ -29,6 +34,10 @@ OVERFIT = ["configs/quickstart.yaml", "algorithm=local", "num_clients=3", "round
            "local_epochs=30", "partition.split=[0.1,0.45,0.45]", "model.dropout=0",
            "optimizer.weight_decay=0", "eval_every=2", "engine=sequential"]
 SHORT = ["configs/quickstart.yaml", "num_clients=3", "rounds=2", "eval_every=2"]
+# one recipe on both runtimes: the sequential engine (Flower's), a small model
+TWINS = [*SHORT, "model.hidden=16", "engine=sequential", "device=cpu", "checkpoint_every=0"]
+# a simulated node's first answer waits for its actor to import torch and graphfed
+ON_FLOWER = ["runtime=flower-sim", "flower.connect_timeout=600"]
 
 
 def invoke(*args: str):
@@ -41,6 +50,10 @@ def finished(tmp_path_factory, name: str, args: list[str]) -> Path:
     return run_dir
 
 
+def final_state(run_dir: Path) -> dict:
+    return safe_load(run_dir / "seed-0" / FINAL, "checkpoint", graph_classes())
+
+
 @pytest.fixture(scope="module")
 def overfit(tmp_path_factory) -> Path:
     return finished(tmp_path_factory, "overfit", OVERFIT)
@@ -49,6 +62,16 @@ def overfit(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def short(tmp_path_factory) -> Path:
     return finished(tmp_path_factory, "short", SHORT)
+
+
+@pytest.fixture(scope="module")
+def twins(tmp_path_factory) -> tuple[Path, Path]:
+    """The same FedAvg run of Cora in-process and on Flower's simulation engine (Ray)."""
+    pytest.importorskip("flwr", reason="Flower is not installed (pip install '.[flower]')")
+    in_process = finished(tmp_path_factory, "twin", TWINS)
+    flower, _ = launch(load_config(TWINS[0], [*TWINS[1:], *ON_FLOWER, "name=twin"]),
+                       tmp_path_factory.mktemp("flower"), progress=False)
+    return in_process, flower
 
 
 # ----------------------------------------------------------------- hand-made examples
@@ -150,6 +173,59 @@ def test_link_stealing_finds_the_edges_of_a_gcn_on_cora(short):
     link = {a["attack"]: a for a in out["attacks"]}["link"]
     assert link["members"] == link["non_members"] > 100
     assert link["auc"] > 0.7, link
+
+
+@require("Cora")
+def test_a_flower_run_is_audited_as_its_in_process_twin(twins):
+    """A Flower run's final.pt keeps its server's state only: the global model it released is
+    attacked on the partition rebuilt in-process, with the numbers the in-process run's audit
+    gives, to the last digit."""
+    assert "clients" not in final_state(twins[1])["runtime"]
+    audits = []
+    for run_dir in twins:
+        result = invoke(str(run_dir), "--attack", "mia,link", "--json")
+        assert result.exit_code == 0, result.output
+        audits.append(json.loads(result.stdout))
+    assert audits[1]["target"] == "global"
+    assert [a["attack"] for a in audits[1]["attacks"]] == ["mia", "link"]
+    assert audits[1]["attacks"] == audits[0]["attacks"]
+    assert all(a["members"] > 0 for a in audits[1]["attacks"])
+
+
+@require("Cora")
+def test_a_flower_run_still_cannot_be_resumed(twins):
+    with pytest.raises(ConfigError, match="--resume works on runtime=simulation only"):
+        resume_experiment(twins[1], progress=False)
+
+
+@require("Cora")
+def test_a_flower_final_pt_of_another_config_is_one_line(twins, tmp_path):
+    run_dir = tmp_path / "edited"
+    shutil.copytree(twins[1], run_dir)
+    config = run_dir / "config.yaml"
+    config.write_text(config.read_text().replace("hidden: 16", "hidden: 32"))
+    line = error_line(invoke(str(run_dir), "--attack", "mia"))
+    assert f"{FINAL} belongs to another run: its config has model.hidden=16 (this run: 32)" \
+        in line
+
+
+@require("Cora")
+def test_a_personalised_flower_run_is_one_line(overfit, tmp_path):
+    """Local releases each client's own model; on Flower those stayed on the clients' nodes
+    and its final.pt (here the in-process one, stamped as a Flower run's) cannot rebuild
+    them."""
+    run_dir = tmp_path / "local-on-flower"
+    shutil.copytree(overfit, run_dir, ignore=shutil.ignore_patterns("audit"))
+    text = (run_dir / "config.yaml").read_text()
+    assert "runtime: simulation" in text
+    (run_dir / "config.yaml").write_text(text.replace("runtime: simulation",
+                                                      "runtime: flower-sim"))
+    config = load_config(run_dir / "config.yaml")
+    state = final_state(run_dir)
+    state["fingerprint"] = fingerprint(config, 0, federated_data(config, 0))
+    torch.save(state, run_dir / "seed-0" / FINAL)
+    line = error_line(invoke(str(run_dir), "--attack", "mia"))
+    assert "local has no global model" in line and "stayed on the clients' nodes" in line
 
 
 # ----------------------------------------------------------------- bad input

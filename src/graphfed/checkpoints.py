@@ -5,7 +5,8 @@ with the fingerprint of the run that made it: the canonical config (less ``RESUM
 plus the seed) and a hash of the partition. Loading checks every field first, so a checkpoint
 of another run, or a damaged or edited one, is one ``GraphfedError`` naming what differs; a
 resume keeps of ``metrics.jsonl`` only what the checkpoint continues from, repairing only what
-it can prove is run again.
+it can prove is run again. A Flower run's checkpoints hold no client states (those stay on the
+nodes): its server's state alone loads, into an in-process rebuild (``graphfed audit``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import io
 import logging
 import math
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -111,32 +113,63 @@ def load_checkpoint(path: Path, fed: Checkpointed) -> tuple[int, float]:
     so a checkpoint of another run, or a damaged or edited one, is one ``GraphfedError``."""
     remedy = (f"delete it to run {path.parent.name} again from round 1, or put back a good "
               "copy, then resume")
-    state = safe_load(path, "checkpoint", graph_classes(), map_location="cpu", remedy=remedy)
-    if not isinstance(state, dict) or any(k not in state for k in CHECKPOINT_KEYS):
-        raise GraphfedError(f"{path} is not a graphfed checkpoint; {remedy}")
-    problem = _checkpoint_problem(state, fed)
-    if problem is not None:
-        raise GraphfedError(f"{path} {problem}; {remedy}")
-    try:
+    state = _checked_state(path, fed, fed.fingerprint, remedy, whole=True)
+
+    def load() -> None:
         fed.runtime.server.load_state_dict(state["server"])
         fed.runtime.load_state_dict(state["runtime"])
         _set_rng_state(state["rng"])
+
+    _restore(path, remedy, load)
+    return state["round"], float(state["seconds"])
+
+
+def load_server_state(path: Path, fed: Checkpointed, made_by: dict, remedy: str) -> int:
+    """Load only the server's state of the checkpoint at ``path`` into ``fed``; its round.
+    For a run whose clients trained on their own nodes (Flower): their states never reached the
+    checkpoint, and ``fed`` may run otherwise than the writer did, so the checkpoint is checked
+    against ``made_by``, the fingerprint of the run that wrote it, and ``remedy`` closes each
+    refusal."""
+    state = _checked_state(path, fed, made_by, remedy, whole=False)
+    _restore(path, remedy, lambda: fed.runtime.server.load_state_dict(state["server"]))
+    return state["round"]
+
+
+def _checked_state(path: Path, fed: Checkpointed, made_by: dict, remedy: str, whole: bool
+                   ) -> dict:
+    """The checkpoint at ``path``, read by the safe loader, with every field checked for
+    ``fed`` (``_checkpoint_problem``), or one ``GraphfedError`` ending in ``remedy``."""
+    state = safe_load(path, "checkpoint", graph_classes(), map_location="cpu", remedy=remedy)
+    if not isinstance(state, dict) or any(k not in state for k in CHECKPOINT_KEYS):
+        raise GraphfedError(f"{path} is not a graphfed checkpoint; {remedy}")
+    problem = _checkpoint_problem(state, fed, made_by, whole)
+    if problem is not None:
+        raise GraphfedError(f"{path} {problem}; {remedy}")
+    return state
+
+
+def _restore(path: Path, remedy: str, load: Callable[[], None]) -> None:
+    """Run ``load``; a state that does not fit the objects it loads into is one
+    ``GraphfedError``."""
+    try:
+        load()
     except (GraphfedError, LookupError, TypeError, ValueError, RuntimeError) as e:
         detail = " ".join(str(e).split())[:160]
         raise GraphfedError(f"{path} does not fit this run ({type(e).__name__}: {detail}); "
                             f"{remedy}") from None
-    return state["round"], float(state["seconds"])
 
 
-def _checkpoint_problem(state: dict, fed: Checkpointed) -> str | None:
-    """What is wrong with a loaded checkpoint's fields for ``fed`` (None: nothing)."""
-    mine = fed.fingerprint
+def _checkpoint_problem(state: dict, fed: Checkpointed, made_by: dict, whole: bool
+                        ) -> str | None:
+    """What is wrong with a loaded checkpoint's fields for ``fed``, made by the run of
+    fingerprint ``made_by`` (None: nothing); all of it with ``whole``, else the server's
+    part."""
     theirs = state.get("fingerprint")
     if not isinstance(theirs, dict):
         return "has no fingerprint of the run it belongs to (an older graphfed wrote it)"
-    if theirs.get("config") != mine["config"]:
-        return f"belongs to another run: {_differences(theirs.get('config'), mine['config'])}"
-    if theirs.get("partition") != mine["partition"]:
+    if theirs.get("config") != made_by["config"]:
+        return f"belongs to another run: {_differences(theirs.get('config'), made_by['config'])}"
+    if theirs.get("partition") != made_by["partition"]:
         return (f"belongs to another partition of {fed.data.dataset}: its clients held other "
                 f"items than this run's partition {fed.data.partition_id} (the dataset or the "
                 "partition code changed since it was written)")
@@ -146,12 +179,14 @@ def _checkpoint_problem(state: dict, fed: Checkpointed) -> str | None:
     if not (_is_int(seconds) or isinstance(seconds, float)) or not (
             math.isfinite(seconds) and seconds >= 0):
         return f"has seconds {seconds!r}, not a finite number of seconds"
-    for key, expected in (("server", set(fed.runtime.server.state_dict())),
-                          ("runtime", set(fed.runtime.state_dict())), ("rng", RNG_KEYS)):
+    parts = {"server": set(fed.runtime.server.state_dict())}
+    if whole:
+        parts.update(runtime=set(fed.runtime.state_dict()), rng=RNG_KEYS)
+    for key, expected in parts.items():
         got = state[key]
         if not isinstance(got, dict) or not expected <= set(got) <= expected | {"cuda"}:
             return f"holds no {key} state of this run"
-    clients = state["runtime"].get("clients")
+    clients = state["runtime"].get("clients") if whole else None
     if isinstance(clients, list) and len(clients) != fed.data.num_clients:
         return f"holds {len(clients)} client states; this run has {fed.data.num_clients} clients"
     return None

@@ -38,7 +38,7 @@ from graphfed.build import (
     resolve_device,
 )
 from graphfed.checkpoints import fingerprint, load_checkpoint, resumed_lines, save_checkpoint
-from graphfed.config import ConfigError, ExperimentConfig, load_config
+from graphfed.config import ConfigError, ExperimentConfig, load_config, with_overrides
 from graphfed.data.edges import edge_report
 from graphfed.data.federated import FederatedData
 from graphfed.data.heterogeneity import stored_card
@@ -408,18 +408,33 @@ def cpu_threads(count: int) -> Iterator[int]:
         torch.set_num_threads(before)
 
 
+def run_config(run_dir: Path) -> ExperimentConfig:
+    """The config of the run in ``run_dir`` (its ``config.yaml``), on whichever runtime it
+    trained."""
+    config_path = run_dir / "config.yaml"
+    if not config_path.is_file():
+        raise ConfigError(f"'{run_dir}' is not a graphfed run directory (no config.yaml)")
+    return load_config(config_path)
+
+
 def simulated_run_config(run_dir: Path, what: str) -> ExperimentConfig:
     """The config of the run in ``run_dir``, which must have trained in-process: a run on
     another runtime left its clients' states on its nodes. ``what`` (e.g. ``--resume works``)
     opens the refusal."""
-    config_path = run_dir / "config.yaml"
-    if not config_path.is_file():
-        raise ConfigError(f"'{run_dir}' is not a graphfed run directory (no config.yaml)")
-    config = load_config(config_path)
+    config = run_config(run_dir)
     if config.runtime != "simulation":
         raise ConfigError(f"{what} on runtime=simulation only: a {config.runtime} run's "
                           "client states live on its nodes and end with the run")
     return config
+
+
+def in_process(config: ExperimentConfig) -> ExperimentConfig:
+    """``config`` on ``runtime=simulation``: the same partition and recipe with every client
+    in this process, which computes what a Flower run of ``config`` computes (graphfed's
+    contract), so its server can hold a Flower run's checkpointed state."""
+    if config.runtime == "simulation":
+        return config
+    return with_overrides(config, {"runtime": "simulation"})
 
 
 def resume_experiment(run_dir: str | Path, progress: bool = True) -> tuple[Path, dict]:

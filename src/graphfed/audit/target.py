@@ -1,7 +1,9 @@
-"""The audited run: a finished run directory rebuilt from its ``config.yaml`` (the same
+"""The audited run: a finished run directory rebuilt in-process from its ``config.yaml`` (the same
 partition, reused from the cache) and a seed's ``final.pt`` (loaded by graphfed's safe loader,
 fingerprint checked), and the model it released: the final global model where the algorithm
-has one, otherwise each client's deployed model."""
+has one, otherwise each client's deployed model. A Flower run's ``final.pt`` holds its server's
+state only (its clients' states stayed on their nodes): it is audited where what it released
+is the final global model."""
 
 from __future__ import annotations
 
@@ -13,12 +15,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from graphfed.checkpoints import load_checkpoint
+from graphfed.checkpoints import fingerprint, load_checkpoint, load_server_state
 from graphfed.config import ExperimentConfig
 from graphfed.data.datasets import dataset_task
 from graphfed.data.federated import ClientData, NodeClient
 from graphfed.errors import GraphfedError
-from graphfed.experiment import FINAL, Federation, build_federation, simulated_run_config
+from graphfed.experiment import FINAL, Federation, build_federation, in_process, run_config
 from graphfed.protocol import Client
 from graphfed.runtime.simulation import SimulationRuntime
 from graphfed.runtime.wrapped import ReplyChangingClient
@@ -66,9 +68,9 @@ class AuditedRun:
 
 
 def open_run(run_dir: Path, seed: int | None) -> tuple[ExperimentConfig, int]:
-    """The config of a finished run directory and the seed to audit (default: its first), or
-    one ``GraphfedError`` saying why it cannot be audited."""
-    config = simulated_run_config(run_dir, "graphfed audit rebuilds runs")
+    """The config of a finished run directory (on any runtime) and the seed to audit (default:
+    its first), or one ``GraphfedError`` saying why it cannot be audited."""
+    config = run_config(run_dir)
     if dataset_task(config.dataset) != "classification":
         raise GraphfedError(f"graphfed audit attacks classifiers; {config.dataset} is a "
                             f"{dataset_task(config.dataset)} task")
@@ -88,10 +90,22 @@ def open_run(run_dir: Path, seed: int | None) -> tuple[ExperimentConfig, int]:
 
 
 def audited_run(run_dir: Path, config: ExperimentConfig, seed: int) -> AuditedRun:
-    """Seed ``seed`` of ``run_dir`` (``open_run``'s) rebuilt with the state it ended with and
-    its released model."""
-    fed = build_federation(config, seed)
-    rounds, _ = load_checkpoint(run_dir / f"seed-{seed}" / FINAL, fed)
+    """Seed ``seed`` of ``run_dir`` (``open_run``'s) rebuilt in-process with the state it ended
+    with and its released model."""
+    path = run_dir / f"seed-{seed}" / FINAL
+    if config.runtime == "simulation":
+        fed = build_federation(config, seed)
+        rounds, _ = load_checkpoint(path, fed)
+    else:
+        fed = build_federation(in_process(config), seed)
+        rounds = load_server_state(path, fed, fingerprint(config, seed, fed.data),
+                                   "put back the run's own copy, or run it again")
+        if fed.runtime.server.global_params() is None:
+            raise GraphfedError(f"{config.algorithm} has no global model: it released each "
+                                f"client's deployed model, which on runtime={config.runtime} "
+                                f"stayed on the clients' nodes ({path} keeps the server's "
+                                "state only); graphfed audit attacks a Flower run only "
+                                "where it released the final global model")
     released, params = released_params(fed, rounds)
     return AuditedRun(run_dir, seed, fed, rounds, released, params)
 
